@@ -1,0 +1,57 @@
+// A protocol message as the core sees it: a type, a small structured header (Cereal binary,
+// produced and parsed by the protocol) and an optional bulk payload (raw float32 parameters or
+// codec bytes), shared so that one snapshot can be sent without copies.
+//
+// net/ frames a Message onto TCP (docs/wire.md); sim/ hands it over in memory. Neither looks
+// inside `header` beyond the handshake, which net/ owns.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rumor {
+
+using PeerId = std::string;  // a peer's listen address "host:port" (the sim uses "p0", "p1", ...)
+using Bytes = std::vector<std::uint8_t>;
+
+constexpr std::uint16_t kProtocolVersion = 1;
+
+enum class MsgType : std::uint16_t {
+  Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)
+  JoinRequest = 2,     // a newcomer asks a member for the view
+  JoinReply = 3,       // the member's view
+  ExchangeRequest = 4, // initiator's snapshot + clock + weight + view digest
+  ExchangeReply = 5,   // responder's snapshot + clock + weight + view digest
+  ExchangeBusy = 6,    // responder is already in an exchange: try someone else
+  StateRequest = 7,    // (membership issue) a joiner asks for the model and training position
+  StateChunk = 8,      // (membership issue) one chunk of that state
+  Leave = 9,           // (membership issue) graceful leave announcement / model hand-over
+  Ping = 10,           // (membership issue) SWIM probe
+  PingReq = 11,        // (membership issue) SWIM indirect probe
+  Ack = 12,            // (membership issue) SWIM probe answer
+};
+constexpr std::uint16_t kMaxMsgType = 12;
+
+const char* msg_type_name(MsgType t);
+
+struct Message {
+  MsgType type = MsgType::Hello;
+  Bytes header;                               // Cereal-encoded struct for `type`
+  std::shared_ptr<const Bytes> payload;       // may be null
+  std::size_t payload_size() const { return payload ? payload->size() : 0; }
+};
+
+// The handshake's content (net/ sends and checks it before any other message).
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  PeerId peer_id;
+  std::string fingerprint;  // Model::fingerprint(): architecture + parameter count + dtype
+};
+
+Bytes encode_hello(const Hello& h);
+// Throws DecodeError (core/serial.hpp) with a readable reason on malformed input.
+Hello decode_hello(std::span<const std::uint8_t> bytes);
+
+}  // namespace rumor

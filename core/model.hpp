@@ -1,0 +1,75 @@
+// Models: a fixed architecture that reads its parameters from one flat, contiguous float
+// buffer owned by the caller. Layers are views (offset, rows, cols) into that buffer, and the
+// gradient buffer has exactly the same layout, so optimizers, mixing, codecs and the wire all
+// work on plain float spans and never need to know the architecture.
+//
+// Tensor dimensions used below:  B = batch rows, D = input width, H_i = hidden widths,
+// C = outputs (classes, or regression targets).  Row-major throughout: X is B x D, layer l has
+// W_l (in x out) then b_l (out); the layer computes Y = X W + b.
+//
+// Not thread-safe: a Model keeps activation workspaces between forward and backward.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+
+namespace rumor {
+
+struct Dataset;
+
+struct LayerView {
+  std::string name;       // "fc1.weight", "fc1.bias", ...
+  std::size_t offset = 0; // into the flat buffer
+  std::size_t rows = 0, cols = 0;
+  std::size_t size() const { return rows * cols; }
+};
+
+struct EvalResult {
+  double loss = 0;      // mean loss
+  double accuracy = 0;  // classification only (0 for regression)
+  std::size_t rows = 0;
+};
+
+enum class LossKind { SoftmaxCrossEntropy, MeanSquaredError };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::size_t param_count() const = 0;
+  // Architecture + parameter count + dtype, e.g. "mlp:784-256-128-10/ce/p235146/f32". Peers
+  // whose fingerprints differ cannot mix parameters and are refused at the handshake.
+  virtual std::string fingerprint() const = 0;
+  virtual const std::vector<LayerView>& layers() const = 0;
+  virtual std::size_t input_dim() const = 0;
+  virtual std::size_t output_dim() const = 0;
+  virtual LossKind loss_kind() const = 0;
+  // Seeded initialisation: He-normal for layers followed by ReLU, Xavier-uniform for the
+  // output layer, zero biases.
+  virtual void init(std::span<float> params, Rng& rng) const = 0;
+  // Mean loss over the batch; writes dLoss/dParams into `grad` (overwritten, same layout).
+  // x: rows x input_dim. labels (classification) or targets (regression, rows x output_dim).
+  virtual double loss_and_grad(std::span<const float> params, const float* x, std::size_t rows,
+                               const std::int32_t* labels, const float* targets,
+                               std::span<float> grad) = 0;
+  // Loss and accuracy over a whole data set, in chunks.
+  virtual EvalResult evaluate(std::span<const float> params, const Dataset& d) = 0;
+};
+
+// "mlp:256,128" (hidden widths), "logreg" (no hidden layer, softmax), "linreg" (no hidden
+// layer, mean squared error). Throws std::invalid_argument naming the accepted forms.
+std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,
+                                  std::size_t output_dim);
+
+}  // namespace rumor
+
+namespace rumor {
+// Threads the model math may use (Eigen's GEMM through OpenMP); 1 = single-threaded, the
+// default, which is also what the simulator uses so runs stay reproducible.
+void set_math_threads(int threads);
+int math_threads();
+}  // namespace rumor

@@ -1,0 +1,56 @@
+// Optimizers and learning-rate schedules over flat buffers.
+//
+// An optimizer's whole state (momentum, Adam moments, step count) lives in one flat float
+// buffer plus a step counter, laid out like the parameters, so it can be checkpointed and sent
+// in a state transfer as plain bytes, and restored with set_state().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rumor {
+
+struct OptimizerConfig {
+  std::string kind = "adam";   // "adam", "adamw", "sgd"
+  double momentum = 0.9;       // sgd
+  bool nesterov = false;       // sgd
+  double weight_decay = 0.0;   // sgd, adam: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of `params` from `grad` at learning rate `lr`.
+  virtual void step(std::span<float> params, std::span<const float> grad, double lr) = 0;
+  virtual std::string name() const = 0;
+  // State for checkpoints and state transfer.
+  std::span<const float> state() const { return state_; }
+  std::uint64_t steps() const { return steps_; }
+  // Throws std::invalid_argument if the size does not match.
+  void set_state(std::span<const float> state, std::uint64_t steps);
+
+ protected:
+  std::vector<float> state_;
+  std::uint64_t steps_ = 0;
+};
+
+// Throws std::invalid_argument for an unknown kind or out-of-range hyper-parameters.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, std::size_t param_count);
+
+struct ScheduleConfig {
+  std::string kind = "constant";   // "constant", "warmup" (linear warm-up then constant), "cosine"
+  double base_lr = 1e-3;
+  std::uint64_t warmup_steps = 0;  // warmup, cosine: linear ramp from base_lr/warmup.. to base_lr
+  std::uint64_t total_steps = 0;   // cosine: decays to min_lr at total_steps (held after)
+  double min_lr = 0.0;
+};
+
+// The learning rate for the step about to be taken (step counts from 0).
+double learning_rate(const ScheduleConfig& s, std::uint64_t step);
+// Throws std::invalid_argument naming the problem.
+void validate(const ScheduleConfig& s);
+
+}  // namespace rumor

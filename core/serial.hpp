@@ -1,0 +1,93 @@
+// Cereal binary encoding of the small structured message headers, with a hardened reader.
+//
+// Why a custom input archive: cereal's BinaryInputArchive trusts the length prefixes it reads
+// and resizes strings and vectors to them before reading, so 8 hostile bytes could ask for an
+// exabyte. SafeBinaryInputArchive reads from a span and refuses any length that exceeds the
+// bytes left, so allocation is bounded by the (already length-checked) header size.
+#pragma once
+#include <cereal/cereal.hpp>
+#include <cereal/details/traits.hpp>
+#include <cereal/archives/binary.hpp>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rumor {
+
+struct DecodeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class SafeBinaryInputArchive
+    : public cereal::InputArchive<SafeBinaryInputArchive, cereal::AllowEmptyClassElision> {
+ public:
+  explicit SafeBinaryInputArchive(std::span<const std::uint8_t> bytes)
+      : cereal::InputArchive<SafeBinaryInputArchive, cereal::AllowEmptyClassElision>(this),
+        bytes_(bytes) {}
+  void loadBinary(void* data, std::size_t size) {
+    if (size > bytes_.size() - pos_) throw DecodeError("truncated message header");
+    std::memcpy(data, bytes_.data() + pos_, size);
+    pos_ += size;
+  }
+  std::size_t remaining() const { return bytes_.size() - pos_; }
+
+ private:
+  std::span<const std::uint8_t> bytes_;
+  std::size_t pos_ = 0;
+};
+
+template <class T>
+inline typename std::enable_if<std::is_arithmetic<T>::value, void>::type CEREAL_LOAD_FUNCTION_NAME(
+    SafeBinaryInputArchive& ar, T& t) {
+  ar.loadBinary(std::addressof(t), sizeof(t));
+}
+template <class T>
+inline void CEREAL_SERIALIZE_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::NameValuePair<T>& t) {
+  ar(t.value);
+}
+template <class T>
+inline void CEREAL_SERIALIZE_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::SizeTag<T>& t) {
+  ar.loadBinary(std::addressof(t.size), sizeof(t.size));
+  // Every element takes at least one byte, so a count beyond the bytes left is a lie.
+  if (static_cast<std::uint64_t>(t.size) > ar.remaining())
+    throw DecodeError("length prefix exceeds message header size");
+}
+template <class T>
+inline void CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::BinaryData<T>& t) {
+  ar.loadBinary(t.data, static_cast<std::size_t>(t.size));
+}
+
+template <class T>
+std::vector<std::uint8_t> encode_struct(const T& value) {
+  std::ostringstream os;
+  {
+    cereal::BinaryOutputArchive ar(os);
+    ar(value);
+  }
+  const std::string s = os.str();
+  return std::vector<std::uint8_t>(s.begin(), s.end());
+}
+
+// Throws DecodeError on truncated, oversized or trailing-garbage input.
+template <class T>
+T decode_struct(std::span<const std::uint8_t> bytes, const char* what) {
+  T value{};
+  SafeBinaryInputArchive ar(bytes);
+  try {
+    ar(value);
+  } catch (const DecodeError& e) {
+    throw DecodeError(std::string("malformed ") + what + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw DecodeError(std::string("malformed ") + what + ": " + e.what());
+  }
+  if (ar.remaining() != 0) throw DecodeError(std::string("malformed ") + what + ": trailing bytes");
+  return value;
+}
+
+}  // namespace rumor
+
+CEREAL_REGISTER_ARCHIVE(rumor::SafeBinaryInputArchive)
