@@ -8,6 +8,7 @@
 #include <cereal/cereal.hpp>
 #include <cereal/details/traits.hpp>
 #include <cereal/archives/binary.hpp>
+#include <cereal/types/common.hpp>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -91,3 +92,11 @@ T decode_struct(std::span<const std::uint8_t> bytes, const char* what) {
 }  // namespace rumor
 
 CEREAL_REGISTER_ARCHIVE(rumor::SafeBinaryInputArchive)
+// Minimal (enum) serialisation needs the output archive paired with ours; only this direction
+// is declared, since BinaryOutputArchive is already paired with cereal's own input archive.
+namespace cereal::traits::detail {
+template <>
+struct get_output_from_input<rumor::SafeBinaryInputArchive> {
+  using type = cereal::BinaryOutputArchive;
+};
+}  // namespace cereal::traits::detail

@@ -17,20 +17,23 @@ Trainer::Trainer(const TrainerConfig& cfg, std::shared_ptr<const Dataset> shard,
   if (shard_->dim != input_dim)
     throw std::invalid_argument("shard has " + std::to_string(shard_->dim) + " features, model expects " +
                                 std::to_string(input_dim));
-  Rng init(cfg.seed);
+  Rng init(cfg.init_seed ? cfg.init_seed : cfg.seed);
   model_->init(params_, init);
 }
 
-double Trainer::step() {
+double Trainer::compute_gradient() {
   const auto idx = order_.next();
   gather_batch(*shard_, idx, bx_, by_, bt_);
-  const double loss = model_->loss_and_grad(params_, bx_.data(), idx.size(),
-                                            by_.empty() ? nullptr : by_.data(),
-                                            bt_.empty() ? nullptr : bt_.data(), grad_);
+  batch_rows_ = idx.size();
+  return model_->loss_and_grad(params_, bx_.data(), idx.size(), by_.empty() ? nullptr : by_.data(),
+                               bt_.empty() ? nullptr : bt_.data(), grad_);
+}
+
+void Trainer::apply_gradient() {
   opt_->step(params_, grad_, learning_rate(cfg_.schedule, step_));
   ++step_;
-  samples_ += idx.size();
-  return loss;
+  samples_ += batch_rows_;
+  batch_rows_ = 0;
 }
 
 TrainingPosition Trainer::position() const {

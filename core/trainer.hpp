@@ -20,7 +20,8 @@ struct TrainerConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   std::size_t batch = 64;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;       // batch order
+  std::uint64_t init_seed = 0;  // initial parameters (0: use `seed`)
 };
 
 // Where training stands: enough to resume (checkpoints) or to start from another peer's place
@@ -39,7 +40,16 @@ class Trainer {
           std::size_t output_dim);
 
   // One mini-batch: forward, backward, optimizer step. Returns the batch's mean loss.
-  double step();
+  double step() {
+    const double loss = compute_gradient();
+    apply_gradient();
+    return loss;
+  }
+  // The two halves of step(). Between them the parameters are not in use, so the daemon handles
+  // incoming exchanges there too (the gradient, taken at the pre-mix point, is then applied to
+  // the mixed parameters: the same overlap the exchange rule already accepts).
+  double compute_gradient();
+  void apply_gradient();
   EvalResult evaluate(const Dataset& d) { return model_->evaluate(params_, d); }
 
   Model& model() { return *model_; }
@@ -67,6 +77,7 @@ class Trainer {
   std::vector<float> bx_, bt_;
   std::vector<std::int32_t> by_;
   std::uint64_t step_ = 0, samples_ = 0;
+  std::size_t batch_rows_ = 0;  // rows of the batch whose gradient is in grad_
 };
 
 }  // namespace rumor

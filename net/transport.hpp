@@ -36,6 +36,10 @@ struct TransportConfig {
   std::size_t max_header_bytes = 1u << 20; // structured header limit
   std::uint64_t max_payload_bytes = 2ull << 30;  // payload limit, checked before allocation
   std::size_t max_queued_bytes = 1ull << 32;     // per-connection write queue bound
+  // Received payload buffers, once the application drops them, are kept (up to this many idle
+  // bytes) and reused for the next payload of the same size: fresh 100 MB buffers cost more in
+  // page faults than the transfer itself. 0 disables.
+  std::size_t recycle_payload_bytes = 256u << 20;
 };
 
 struct TransportStats {

@@ -60,6 +60,26 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "Evaluate on the test set every STEPS local steps (default: once per epoch; always at start and end)")
       ->group(g_stop);
 
+  auto* g_net = "Network and gossip";
+  app.add_option("--listen", c.listen, "Where to accept peers, HOST:PORT (port 0 picks a free one and logs it)")
+      ->group(g_net)->capture_default_str();
+  app.add_option("--join", c.join, "Any live members to join through, HOST:PORT[,HOST:PORT...] (none: start a new swarm)")
+      ->group(g_net)->delimiter(',');
+  app.add_option("--local-steps", c.local_steps, "Exchange parameters every H local steps")
+      ->group(g_net)->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))->capture_default_str();
+  app.add_option("--mix-weight", c.mix_weight, "Averaging weights: uniform, or samples (by samples processed)")
+      ->group(g_net)->check(CLI::IsMember({"uniform", "samples"}))->capture_default_str();
+  app.add_option("--exchange-timeout", c.exchange_timeout_s, "Seconds an exchange may take before it is given up")
+      ->group(g_net)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
+  app.add_option("--suspect-timeout", c.suspect_timeout_s,
+                 "Seconds a suspected peer has to refute before it is declared dead")
+      ->group(g_net)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
+
+  app.add_option("--settle", c.settle_s,
+                 "After training, keep averaging with neighbours (no training) for up to SEC seconds, so the "
+                 "peers finish close to the swarm's average model; 0 disables")
+      ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+
   auto* g_dev = "Compute";
   app.add_option("--device", c.device, "Where the math runs: cpu")->group(g_dev)->capture_default_str();
   app.add_option("--threads", c.threads, "Math threads")->group(g_dev)->check(CLI::Range(1, 256))->capture_default_str();
@@ -71,7 +91,13 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->group(g_misc)->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  app.add_option("--name", c.name, "Name of this peer in logs (default: its address)")->group(g_misc);
+  app.add_option("--name", c.name, "Name of this peer in log lines")->group(g_misc);
+  app.add_option("--init-seed", c.init_seed,
+                 "Seed of the initial parameters only (default: --seed; every peer of a swarm normally shares it)")
+      ->group(g_misc);
+  app.add_option("--save-params", c.save_params_path,
+                 "At the end, write the parameters to this file as raw little-endian float32 (layout: docs/wire.md)")
+      ->group(g_misc);
   app.set_version_flag("--version", "rumor-peer 0.1.0");
 
   try {
@@ -83,7 +109,45 @@ ParseResult parse_command_line(int argc, char** argv) {
   if (app.count("--steps") || app.count("--duration")) {
     if (!app.count("--epochs")) c.epochs = 0;  // explicit step/time budgets replace the default
   }
+  try {
+    parse_host_port(c.listen, "--listen", true);
+    for (const auto& j : c.join) parse_host_port(j, "--join", false);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "rumor-peer: " << e.what() << "\nUsage: rumor-peer [OPTIONS]   (rumor-peer --help lists every flag)\n";
+    return {std::nullopt, 2};
+  }
   return {c, 0};
+}
+
+std::string HostPort::str() const {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+HostPort parse_host_port(const std::string& s, const char* flag, bool allow_zero) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument(std::string("bad ") + flag + " '" + s + "': " + why +
+                                 " (expected HOST:PORT, e.g. 127.0.0.1:7000)");
+  };
+  HostPort hp;
+  std::string port;
+  if (!s.empty() && s[0] == '[') {
+    const auto close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') throw bad("unterminated [IPv6]");
+    hp.host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    const auto colon = s.rfind(':');
+    if (colon == std::string::npos) throw bad("no port");
+    hp.host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  if (hp.host.empty()) throw bad("no host");
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("port is not a number");
+  const unsigned long p = std::stoul(port);
+  if (p > 65535 || (p == 0 && !allow_zero)) throw bad("port out of range");
+  hp.port = static_cast<std::uint16_t>(p);
+  return hp;
 }
 
 }  // namespace rumor::peer

@@ -25,6 +25,14 @@ struct Config {
   std::uint64_t steps = 0;      // 0 = not set
   double duration_s = 0;        // 0 = not set
   std::uint64_t eval_every = 0; // 0 = once per epoch
+  // Network and gossip
+  std::string listen = "127.0.0.1:0";
+  std::vector<std::string> join;     // HOST:PORT of any live members
+  std::uint64_t local_steps = 1;     // H
+  std::string mix_weight = "uniform";
+  double exchange_timeout_s = 5.0;
+  double suspect_timeout_s = 5.0;
+  double settle_s = 1.0;             // after training: keep averaging (no training) this long
   // Where the math runs
   std::string device = "cpu";
   int threads = 1;
@@ -32,7 +40,9 @@ struct Config {
   std::uint64_t seed = 1;
   std::string metrics_path;
   std::string log_level = "info";
-  std::string name;  // logger name; defaults to the peer id
+  std::string name;  // logger name; defaults to "peer"
+  std::uint64_t init_seed = 0;      // seed of the initial parameters (0: use `seed`)
+  std::string save_params_path;     // write the final parameters here (raw float32 LE)
 };
 
 // Outcome of parsing: either a Config, or an exit code with the text already printed
@@ -42,5 +52,14 @@ struct ParseResult {
   int exit_code = 0;
 };
 ParseResult parse_command_line(int argc, char** argv);
+
+// "HOST:PORT" (IPv4, [IPv6] or a name) -> host and port; throws std::invalid_argument naming
+// `flag` and the accepted form. `allow_zero` accepts port 0 (pick a free one).
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string str() const;
+};
+HostPort parse_host_port(const std::string& s, const char* flag, bool allow_zero);
 
 }  // namespace rumor::peer

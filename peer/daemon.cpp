@@ -1,12 +1,25 @@
+// The daemon's compute thread: training, the gossip protocol (core/gossip.hpp) and reporting.
+// The transport (net/) owns the I/O thread; everything it hears arrives through the Inbox and
+// is handled here between two steps, so the protocol is single-threaded exactly as in the
+// simulator.
 #include "peer/daemon.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
+#include "core/env.hpp"
+#include "core/gossip.hpp"
 #include "core/trainer.hpp"
+#include "net/transport.hpp"
 #include "peer/data_files.hpp"
+#include "peer/inbox.hpp"
 #include "peer/metrics.hpp"
 
 namespace rumor::peer {
@@ -16,6 +29,78 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+std::uint64_t hash_id(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// Env with real time: sends through the transport, timers through the I/O thread's clock,
+// events to the log and the metrics file.
+class DaemonEnv final : public Env {
+ public:
+  DaemonEnv(net::Transport& t, Inbox& inbox, MetricsWriter& metrics, spdlog::logger& log, std::uint64_t seed)
+      : t_(t), inbox_(inbox), metrics_(metrics), log_(log), rng_(seed) {}
+  double now() const override { return seconds_since(start_); }
+  void send(const PeerId& to, Message msg) override { t_.send(to, std::move(msg)); }
+  void set_timer(double delay_s, std::uint64_t id) override {
+    Inbox* inbox = &inbox_;  // outlives the transport's I/O thread; this Env may not
+    t_.post_after(delay_s, [inbox, id] { inbox->push({InboxItem::Kind::Timer, {}, {}, {}, id}); });
+  }
+  void disconnect(const PeerId& peer) override { t_.disconnect(peer); }
+  Rng& rng() override { return rng_; }
+  void event(const ProtocolEvent& e) override {
+    using K = ProtocolEvent::Kind;
+    switch (e.kind) {
+      case K::ExchangeDone:
+        log_.debug("exchange with {} ({}): distance {:.4g}, rtt {:.1f} ms", e.peer, e.reason, e.distance,
+                   e.seconds * 1e3);
+        metrics_.write("exchange", {{"peer", e.peer}, {"role", e.reason}, {"distance", e.distance},
+                                    {"rtt_s", e.seconds}, {"clock", e.clock}, {"peer_clock", e.other}});
+        break;
+      case K::ExchangeFailed:
+        log_.info("exchange with {} failed: {}", e.peer, e.reason);
+        metrics_.write("exchange_failed", {{"peer", e.peer}, {"reason", e.reason}});
+        break;
+      case K::Rejected:
+        log_.warn("rejected input from {}: {} (nothing mixed; training goes on)", e.peer, e.reason);
+        metrics_.write("rejected", {{"peer", e.peer}, {"reason", e.reason}});
+        break;
+      case K::Joined:
+        log_.info("joined the swarm through {}", e.peer);
+        metrics_.write("joined", {{"peer", e.peer}});
+        break;
+      case K::Join:
+      case K::Leave:
+      case K::Dead:
+      case K::Suspect:
+        log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
+        metrics_.write(event_kind_name(e.kind), {{"peer", e.peer}});
+        break;
+      case K::Wait:
+        metrics_.write("wait", {{"clock", e.clock}, {"slowest", e.other}, {"seconds", e.seconds}});
+        break;
+    }
+  }
+
+ private:
+  net::Transport& t_;
+  Inbox& inbox_;
+  MetricsWriter& metrics_;
+  spdlog::logger& log_;
+  Rng rng_;
+  Clock::time_point start_ = Clock::now();
+};
+
+void save_params(const std::string& path, std::span<const float> p) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot write --save-params file '" + path + "'");
+  const bool ok = std::fwrite(p.data(), sizeof(float), p.size(), f) == p.size();
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("writing --save-params file '" + path + "' failed");
+}
+
 }  // namespace
 
 Daemon::Daemon(Config cfg, std::shared_ptr<spdlog::logger> log) : cfg_(std::move(cfg)), log_(std::move(log)) {}
@@ -39,35 +124,102 @@ int Daemon::run() {
   tc.schedule = cfg_.schedule;
   tc.batch = cfg_.batch;
   tc.seed = cfg_.seed;
+  tc.init_seed = cfg_.init_seed;
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
   if (tc.schedule.kind == "cosine" && tc.schedule.total_steps == 0)
-    tc.schedule.total_steps = cfg_.steps ? cfg_.steps
-                                         : static_cast<std::uint64_t>(std::ceil(cfg_.epochs * steps_per_epoch));
+    tc.schedule.total_steps =
+        cfg_.steps ? cfg_.steps : static_cast<std::uint64_t>(std::ceil(cfg_.epochs * steps_per_epoch));
   Trainer trainer(tc, shard, shard->dim, outputs);
   log_->info("{}: {} rows ({} partition), test {} rows, model {} ({} parameters), {} lr {} batch {}; loaded in {:.1f} s",
-             shard->name, shard->rows, partition.str(), task.test.rows,
-             trainer.model().fingerprint(), trainer.model().param_count(), trainer.optimizer().name(),
-             cfg_.schedule.base_lr, cfg_.batch, seconds_since(t_load));
+             shard->name, shard->rows, partition.str(), task.test.rows, trainer.model().fingerprint(),
+             trainer.model().param_count(), trainer.optimizer().name(), cfg_.schedule.base_lr, cfg_.batch,
+             seconds_since(t_load));
+
+  // Network: the transport's callbacks only queue work for this thread.
+  Inbox inbox;
+  const HostPort listen = parse_host_port(cfg_.listen, "--listen", true);
+  net::TransportConfig ncfg;
+  ncfg.listen_host = listen.host;
+  ncfg.listen_port = listen.port;
+  ncfg.fingerprint = trainer.model().fingerprint();
+  ncfg.max_payload_bytes = trainer.model().param_count() * sizeof(float) + (1u << 20);
+  std::uint64_t transport_rejected = 0;
+  net::TransportEvents nev;
+  nev.on_message = [&inbox](const PeerId& from, Message&& m) {
+    inbox.push({InboxItem::Kind::Message, from, std::move(m), {}, 0});
+  };
+  nev.on_send_failed = [&inbox](const PeerId& p, const std::string& why) {
+    inbox.push({InboxItem::Kind::SendFailed, p, {}, why, 0});
+  };
+  nev.on_rejected = [&inbox](const PeerId& p, const std::string& why) {
+    inbox.push({InboxItem::Kind::Rejected, p, {}, why, 0});
+  };
+  net::Transport transport(ncfg, nev, log_);
+  transport.start();
+  const PeerId self_id = transport.local_id();
+  // The I/O thread (started above at normal priority) must not queue behind training on a
+  // busy machine: lower this compute thread's priority a little, so a wake-up of the I/O thread
+  // preempts it promptly. Exchange round trips fall several-fold when peers share cores.
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 5) != 0)
+    log_->debug("could not lower the compute thread's priority");
+  log_->info("listening on {}{}", self_id, cfg_.join.empty() ? " (new swarm)" : "");
+
+  DaemonEnv env(transport, inbox, metrics, *log_, cfg_.seed ^ hash_id(self_id));
+  GossipConfig gc;
+  gc.local_steps = cfg_.local_steps;
+  gc.mix_weight = cfg_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
+  gc.exchange_timeout_s = cfg_.exchange_timeout_s;
+  gc.suspect_timeout_s = cfg_.suspect_timeout_s;
+  // Incarnation from the wall clock, so a peer restarted on the same address outranks its
+  // earlier life in every view.
+  const auto incarnation = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  Gossip gossip(env, gc, MemberDigest{self_id, incarnation, MemberState::Alive, 0}, trainer.model().fingerprint(),
+                trainer.params());
+  std::vector<PeerId> seeds;
+  for (const auto& j : cfg_.join) seeds.push_back(parse_host_port(j, "--join", false).str());
+  gossip.start(seeds);
+
+  auto drain = [&] {
+    for (InboxItem& it : inbox.take_all()) {
+      switch (it.kind) {
+        case InboxItem::Kind::Message: gossip.on_message(it.peer, it.msg); break;
+        case InboxItem::Kind::SendFailed: gossip.on_send_failed(it.peer, it.reason); break;
+        case InboxItem::Kind::Timer: gossip.on_timer(it.timer); break;
+        case InboxItem::Kind::Rejected:
+          ++transport_rejected;
+          metrics.write("rejected", {{"peer", it.peer}, {"reason", it.reason}});
+          break;  // the transport already logged it and closed the connection
+      }
+    }
+  };
 
   const auto t_start = Clock::now();
-  double train_seconds = 0;      // time spent in steps, for samples/s
-  double interval_seconds = 0;   // since the last evaluation
+  double train_seconds = 0;     // time spent in steps, for samples/s
+  double interval_seconds = 0;  // since the last evaluation
   std::uint64_t interval_samples = 0;
   EvalResult last;
+  auto exchanges = [&] { return gossip.stats().exchanges + gossip.stats().answered; };
   auto evaluate = [&](const char* why) {
     last = trainer.evaluate(task.test);
     const double sps = interval_seconds > 0 ? static_cast<double>(interval_samples) / interval_seconds : 0.0;
-    log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers 1 sent 0.0 MB{}",
-               trainer.epochs_done(), trainer.steps(), last.loss, last.accuracy, sps, why);
+    const net::TransportStats ts = transport.stats();
+    const std::uint64_t peers = gossip.view().live_count() + 1;
+    log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}{}",
+               trainer.epochs_done(), trainer.steps(), last.loss, last.accuracy, sps, peers,
+               static_cast<double>(ts.bytes_sent) / 1e6, exchanges(), why);
     metrics.write("eval", {{"step", trainer.steps()},
                            {"epoch", trainer.epochs_done()},
                            {"loss", last.loss},
                            {"test_acc", last.accuracy},
                            {"samples_per_s", sps},
-                           {"bytes_sent", std::uint64_t{0}},
-                           {"bytes_recv", std::uint64_t{0}},
-                           {"exchanges", std::uint64_t{0}},
-                           {"peers", std::uint64_t{1}}});
+                           {"bytes_sent", ts.bytes_sent},
+                           {"bytes_recv", ts.bytes_recv},
+                           {"exchanges", exchanges()},
+                           {"exchanges_failed", gossip.stats().failed},
+                           {"rejected", gossip.stats().rejected + transport_rejected},
+                           {"consensus_distance", gossip.stats().last_distance},
+                           {"peers", peers}});
     interval_seconds = 0;
     interval_samples = 0;
   };
@@ -80,9 +232,13 @@ int Daemon::run() {
 
   evaluate("");
   std::uint64_t next_epoch_eval = 1;
+  int rc = 0;
   while (!finished() && !stop_.load(std::memory_order_relaxed)) {
+    drain();
     const auto t0 = Clock::now();
-    const double loss = trainer.step();
+    const double loss = trainer.compute_gradient();
+    drain();  // answer exchanges that arrived during forward/backward without waiting a step
+    trainer.apply_gradient();
     const double dt = seconds_since(t0);
     train_seconds += dt;
     interval_seconds += dt;
@@ -90,8 +246,10 @@ int Daemon::run() {
     if (!std::isfinite(loss)) {
       log_->error("training diverged at step {} (loss {}); lower --lr", trainer.steps(), loss);
       metrics.write("diverged", {{"step", trainer.steps()}});
-      return 1;
+      rc = 1;
+      break;
     }
+    gossip.on_step_done(trainer.steps(), trainer.samples());
     const bool due = cfg_.eval_every ? trainer.steps() % cfg_.eval_every == 0
                                      : trainer.epochs_done() >= static_cast<double>(next_epoch_eval) - 1e-9;
     if (due && !finished()) {
@@ -100,19 +258,45 @@ int Daemon::run() {
     }
   }
   if (stop_.load()) log_->info("stop requested: finishing at step {}", trainer.steps());
-  interval_seconds = interval_seconds > 0 ? interval_seconds : 0;
+  drain();
+  // Settle: no more training, but keep exchanging (and answering) for a moment, so each peer
+  // leaves with close to the swarm's average model rather than its own last local steps.
+  if (rc == 0 && !stop_.load() && cfg_.settle_s > 0 && gossip.view().live_count() > 0) {
+    const auto t_settle = Clock::now();
+    const std::uint64_t before = exchanges();
+    int close = 0;  // consecutive exchanges with (numerically) the same model: settled
+    std::uint64_t seen = before;
+    while (seconds_since(t_settle) < cfg_.settle_s && !stop_.load() && gossip.view().live_count() > 0 && close < 4) {
+      inbox.wait_for(std::chrono::milliseconds(2));
+      drain();
+      gossip.on_step_done(trainer.steps(), trainer.samples());  // a tick: starts exchanges when due
+      if (exchanges() != seen) {
+        seen = exchanges();
+        close = gossip.stats().last_distance < 1e-6 ? close + 1 : 0;
+      }
+    }
+    log_->info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", exchanges() - before,
+               seconds_since(t_settle), gossip.stats().last_distance);
+  }
   evaluate(" (final)");
+  const net::TransportStats ts = transport.stats();
   const double sps = train_seconds > 0 ? static_cast<double>(trainer.samples()) / train_seconds : 0.0;
   metrics.write("done", {{"steps", trainer.steps()},
                          {"test_acc", last.accuracy},
                          {"loss", last.loss},
                          {"samples_per_s", sps},
                          {"wall_s", seconds_since(t_start)},
-                         {"bytes_sent", std::uint64_t{0}},
-                         {"bytes_recv", std::uint64_t{0}}});
-  log_->info("done: {} steps in {:.1f} s, test_acc {:.4f}, {:.0f} samples/s", trainer.steps(),
-             seconds_since(t_start), last.accuracy, sps);
-  return 0;
+                         {"bytes_sent", ts.bytes_sent},
+                         {"bytes_recv", ts.bytes_recv},
+                         {"exchanges", exchanges()},
+                         {"exchanges_failed", gossip.stats().failed}});
+  log_->info("done: {} steps in {:.1f} s, test_acc {:.4f}, {:.0f} samples/s, {} exchanges, {:.1f} MB sent",
+             trainer.steps(), seconds_since(t_start), last.accuracy, sps, exchanges(),
+             static_cast<double>(ts.bytes_sent) / 1e6);
+  transport.flush(1.0);
+  transport.stop();
+  if (!cfg_.save_params_path.empty()) save_params(cfg_.save_params_path, trainer.params());
+  return rc;
 }
 
 }  // namespace rumor::peer

@@ -1,0 +1,55 @@
+// Env: the whole world of one protocol instance, and the one seam that lets the daemon and the
+// simulator run the same gossip code (docs/ARCHITECTURE.md). The daemon implements it with Asio
+// and the monotonic system clock (peer/), the simulator with an event queue and a virtual clock (sim/).
+//
+// Contract: the protocol calls Env only from within its own handlers, and its handlers are
+// called one at a time, always between two training steps (so the live parameters are stable).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/message.hpp"
+#include "core/rng.hpp"
+
+namespace rumor {
+
+// Something that happened that a user or a study wants to see: metrics lines in the daemon,
+// events.csv in the simulator. Fields that do not apply stay at their defaults.
+struct ProtocolEvent {
+  enum class Kind {
+    ExchangeDone,    // an exchange completed and was mixed in (peer, bytes, distance)
+    ExchangeFailed,  // deadline missed, peer unreachable, peer busy (peer, reason)
+    Rejected,        // bad input from a peer: refused, nothing mixed (peer, reason)
+    Join,            // a member entered our view (peer)
+    Leave,           // a member left gracefully (peer)
+    Dead,            // a member was declared dead (peer)
+    Suspect,         // a member is suspected (peer)
+    Joined,          // we got the view from a seed (peer = the seed)
+    Wait,            // the staleness bound holds us back (clock, slowest, seconds)
+  } kind;
+  PeerId peer;
+  std::string reason;
+  double distance = 0;       // ExchangeDone: ||x_s - m|| / max(||x_s||, ||m||)
+  double seconds = 0;        // Wait: time waited; ExchangeDone: round-trip time
+  std::uint64_t clock = 0;   // our clock (local steps)
+  std::uint64_t other = 0;   // ExchangeDone: peer's clock; Wait: the slowest clock
+};
+
+const char* event_kind_name(ProtocolEvent::Kind k);
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  virtual double now() const = 0;  // seconds, monotonic
+  // Delivery is best-effort: failures come back as Gossip::on_send_failed or as a timeout.
+  virtual void send(const PeerId& to, Message msg) = 0;
+  // Gossip::on_timer(id) after delay_s seconds. Timers cannot be cancelled: handlers check
+  // whether a timer is still relevant.
+  virtual void set_timer(double delay_s, std::uint64_t id) = 0;
+  // Close any connection to `peer` (after bad input); a no-op in the simulator.
+  virtual void disconnect(const PeerId& peer) = 0;
+  virtual Rng& rng() = 0;
+  virtual void event(const ProtocolEvent& e) = 0;
+};
+
+}  // namespace rumor

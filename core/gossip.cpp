@@ -1,0 +1,171 @@
+// Gossip: lifecycle, scheduling of exchanges, timers and the failure detector. The message
+// handlers live in gossip_exchange.cpp and gossip_join.cpp.
+#include <algorithm>
+
+#include "core/check.hpp"
+#include "core/gossip.hpp"
+#include "core/mix.hpp"
+
+namespace rumor {
+
+namespace {
+constexpr std::size_t npos = static_cast<std::size_t>(-1);
+}
+
+const char* event_kind_name(ProtocolEvent::Kind k) {
+  using K = ProtocolEvent::Kind;
+  switch (k) {
+    case K::ExchangeDone: return "exchange";
+    case K::ExchangeFailed: return "exchange_failed";
+    case K::Rejected: return "rejected";
+    case K::Join: return "join";
+    case K::Leave: return "leave";
+    case K::Dead: return "dead";
+    case K::Suspect: return "suspect";
+    case K::Joined: return "joined";
+    case K::Wait: return "wait";
+  }
+  return "?";
+}
+
+Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string fingerprint, std::span<float> params)
+    : env_(env), cfg_(cfg), view_(std::move(self)), fingerprint_(std::move(fingerprint)), params_(params) {
+  RUMOR_CHECK(cfg_.local_steps >= 1);
+  RUMOR_CHECK(cfg_.exchange_timeout_s > 0);
+  RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
+}
+
+ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason) const {
+  ProtocolEvent e{k, peer, std::move(reason)};
+  e.clock = clock_;
+  return e;
+}
+
+void Gossip::start(const std::vector<PeerId>& seeds) {
+  seeds_.clear();
+  for (const auto& s : seeds)
+    if (s != view_.self().id) seeds_.push_back(s);
+  joined_ = seeds_.empty();
+  if (!joined_) {
+    send_join_requests();
+    env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
+  }
+}
+
+double Gossip::my_weight() const {
+  return cfg_.mix_weight == MixWeight::Samples ? static_cast<double>(std::max<std::uint64_t>(samples_, 1)) : 1.0;
+}
+
+void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
+  clock_ = clock;
+  samples_ = samples;
+  view_.self().clock = clock;
+  ++steps_since_exchange_;
+  if (steps_since_exchange_ >= cfg_.local_steps && out_.size() < cfg_.max_in_flight) start_exchange();
+}
+
+void Gossip::start_exchange() {
+  const double now = env_.now();
+  std::vector<PeerId> candidates;
+  const auto usable = [&](const PeerId& id, const Member& m) {
+    return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos;
+  };
+  if (cfg_.neighbours.empty()) {
+    for (const auto& [id, m] : view_.members())
+      if (usable(id, m)) candidates.push_back(id);
+  } else {
+    for (const auto& id : cfg_.neighbours)
+      if (const Member* m = view_.find(id); m && usable(id, *m)) candidates.push_back(id);
+  }
+  if (candidates.empty()) return;  // stays due: starts as soon as someone is available
+  const PeerId peer = candidates[env_.rng().below(candidates.size())];
+  Outstanding o{next_exchange_id_++, peer, encode_params(params_), my_weight(), now};
+  ExchangeMsg h;
+  h.exchange_id = o.id;
+  h.clock = clock_;
+  h.weight = o.weight;
+  h.param_count = params_.size();
+  h.view = digest();
+  env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.snapshot));
+  env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
+  out_.push_back(std::move(o));
+  steps_since_exchange_ = 0;
+}
+
+std::size_t Gossip::find_out(const PeerId& peer, std::optional<std::uint64_t> id) const {
+  for (std::size_t i = 0; i < out_.size(); ++i)
+    if (out_[i].peer == peer && (!id || out_[i].id == *id)) return i;
+  return npos;
+}
+
+void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool peer_busy) {
+  RUMOR_CHECK(index < out_.size());
+  const PeerId peer = out_[index].peer;
+  out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(index));
+  ++stats_.failed;
+  if (peer_busy) ++stats_.busy;
+  env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, peer, reason));
+  Member* m = view_.find(peer);
+  if (!m || peer_busy) return;  // a busy peer is healthy: just pick again
+  ++m->failures;
+  const double now = env_.now();
+  m->skip_until = now + cfg_.failure_backoff_s * std::min(m->failures, 8);
+  if (m->failures >= cfg_.suspect_after_failures && m->d.state == MemberState::Alive) {
+    if (auto c = view_.set_state(peer, MemberState::Suspect, now)) report_change(*c);
+    env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
+  }
+}
+
+void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {
+  if (auto i = find_out(peer); i != npos) fail_exchange(i, "unreachable: " + reason, false);
+}
+
+void Gossip::on_timer(std::uint64_t id) {
+  const auto kind = static_cast<TimerKind>(id >> 56);
+  const std::uint64_t seq = id & ((std::uint64_t(1) << 56) - 1);
+  const double now = env_.now();
+  switch (kind) {
+    case kExchangeDeadline:
+      for (std::size_t i = 0; i < out_.size(); ++i)
+        if (out_[i].id == seq) {
+          fail_exchange(i, "no reply within the exchange deadline", false);
+          break;
+        }
+      break;
+    case kJoinRetry:
+      if (!joined_) {
+        send_join_requests();
+        env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
+      }
+      break;
+    case kSuspectCheck: {
+      std::vector<PeerId> expired;
+      for (const auto& [pid, m] : view_.members())
+        if (m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
+          expired.push_back(pid);
+      for (const auto& pid : expired)
+        if (auto c = view_.set_state(pid, MemberState::Dead, now)) report_change(*c);
+      break;
+    }
+  }
+}
+
+void Gossip::on_message(const PeerId& from, const Message& msg) {
+  switch (msg.type) {
+    case MsgType::ExchangeRequest: return on_exchange_request(from, msg);
+    case MsgType::ExchangeReply: return on_exchange_reply(from, msg);
+    case MsgType::ExchangeBusy: return on_busy(from, msg);
+    case MsgType::JoinRequest: return on_join_request(from, msg);
+    case MsgType::JoinReply: return on_join_reply(from, msg);
+    default:
+      return reject(from, std::string("unexpected message type ") + msg_type_name(msg.type));
+  }
+}
+
+void Gossip::reject(const PeerId& from, const std::string& reason) {
+  ++stats_.rejected;
+  env_.event(ev(ProtocolEvent::Kind::Rejected, from, reason));
+  env_.disconnect(from);
+}
+
+}  // namespace rumor

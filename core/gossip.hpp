@@ -1,0 +1,137 @@
+// The gossip protocol of one peer, as a pure state machine behind Env (sans-I/O): push-pull
+// parameter exchanges with a uniformly random live neighbour every H local steps, mixing by the
+// overlap rule (core/mix.hpp), membership piggybacked on every message (core/view.hpp), joins
+// through seeds, and a simple failure detector (consecutive failed exchanges -> suspect ->
+// dead after a timeout). The daemon and the simulator drive exactly this class.
+//
+// An exchange, numbered as it happens:
+//  1. on_step_done: H steps since the last one and fewer than max_in_flight exchanges open ->
+//     pick a live neighbour that is not being skipped and not already in one, snapshot x_s, send ExchangeRequest{id, clock, weight a, view} + x_s,
+//     arm a deadline timer.
+//  2. The responder, at its next step boundary (on_message): checks the header, the parameter
+//     count and that every value is finite (else: Rejected event, disconnect, nothing mixed);
+//     merges the view; replies ExchangeReply{id, clock, weight b, view} + its parameters y_s;
+//     then applies y += a/(a+b) (x_s - y_s).
+//  3. The initiator, on the reply: the same checks, then x += b/(a+b) (y_s - x_s) and the
+//     exchange is done. Training went on meanwhile and its progress is kept.
+//  4. Deadline, send failure or an ExchangeBusy: the exchange is given up (nothing mixed on our
+//     side), the peer is skipped for a while, and after `suspect_after_failures` failures in a
+//     row it is suspected, then declared dead `suspect_timeout_s` later unless it refutes.
+// Two peers that start exchanges with each other at once: the request from the peer with the
+// smaller id is answered, the other gets ExchangeBusy, so a pair never swaps models.
+//
+// Contract: every method is called between two training steps, one at a time; `params` stays
+// valid and at the same address for the lifetime of the object.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/env.hpp"
+#include "core/message.hpp"
+#include "core/protocol_messages.hpp"
+#include "core/view.hpp"
+
+namespace rumor {
+
+enum class MixWeight { Uniform, Samples };
+
+struct GossipConfig {
+  std::uint64_t local_steps = 1;     // H: exchange every H local steps
+  MixWeight mix_weight = MixWeight::Uniform;
+  // Exchanges we may have started and not finished, each with another peer. More than one
+  // keeps mixing going when round trips take several steps (peers sharing cores); the overlap
+  // rule keeps every exchange conserving the sum however they interleave. At most 2: with two
+  // open exchanges plus one answered meanwhile, our own weight in the result can already reach
+  // zero, and beyond that it goes negative and averaging stops contracting (the in-memory
+  // cluster test shows it diverging with 3).
+  std::size_t max_in_flight = 2;
+  double exchange_timeout_s = 5.0;   // whole exchange deadline
+  double failure_backoff_s = 1.0;    // skip a failed peer for backoff * failures (capped at 8x)
+  int suspect_after_failures = 3;
+  double suspect_timeout_s = 5.0;    // Suspect -> Dead unless refuted
+  double join_retry_s = 1.0;         // resend JoinRequest to the seeds until one answers
+  std::size_t digest_limit = 32;     // members piggybacked per message
+  // If non-empty, exchanges are started only with these peers (a fixed topology: ring, torus,
+  // ...; the simulator sets it). Empty: any live member, uniformly.
+  std::vector<PeerId> neighbours;
+};
+
+struct GossipStats {
+  std::uint64_t exchanges = 0;        // completed as initiator
+  std::uint64_t answered = 0;         // completed as responder
+  std::uint64_t failed = 0;           // initiated and given up (timeout, unreachable, busy)
+  std::uint64_t busy = 0;             // of which the peer was busy
+  std::uint64_t rejected = 0;         // bad input refused
+  std::uint64_t late_replies = 0;     // replies after their deadline (ignored)
+  double last_distance = 0;           // relative model distance at the last exchange
+};
+
+class Gossip {
+ public:
+  Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string fingerprint, std::span<float> params);
+
+  // Joins through `seeds` (any live members); none: a new swarm of one.
+  void start(const std::vector<PeerId>& seeds);
+  // A training step finished: `clock` local steps done, `samples` processed in all.
+  void on_step_done(std::uint64_t clock, std::uint64_t samples);
+  void on_message(const PeerId& from, const Message& msg);
+  void on_timer(std::uint64_t id);
+  void on_send_failed(const PeerId& peer, const std::string& reason);
+
+  const View& view() const { return view_; }
+  const GossipStats& stats() const { return stats_; }
+  bool joined() const { return joined_; }
+  std::size_t exchanges_in_flight() const { return out_.size(); }
+  const GossipConfig& config() const { return cfg_; }
+
+ private:
+  struct Outstanding {
+    std::uint64_t id;
+    PeerId peer;
+    std::shared_ptr<const Bytes> snapshot;  // x_s as sent
+    double weight;
+    double started;
+  };
+  enum TimerKind : std::uint64_t { kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3 };
+  static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
+
+  void start_exchange();
+  // Gives up exchange `it` (nothing mixed on our side).
+  void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
+  // Index in out_ of the exchange with `peer` (and id, if given), or npos.
+  std::size_t find_out(const PeerId& peer, std::optional<std::uint64_t> id = std::nullopt) const;
+  void on_exchange_request(const PeerId& from, const Message& msg);
+  void on_exchange_reply(const PeerId& from, const Message& msg);
+  void on_busy(const PeerId& from, const Message& msg);
+  void on_join_request(const PeerId& from, const Message& msg);
+  void on_join_reply(const PeerId& from, const Message& msg);
+  void send_join_requests();
+  void reject(const PeerId& from, const std::string& reason);
+  // Merges a piggybacked view; handles news about ourselves (refutation).
+  void merge_view(const std::vector<MemberDigest>& digests);
+  void report_change(const View::Change& c);
+  void heard_from(const PeerId& peer);
+  double my_weight() const;
+  std::vector<MemberDigest> digest() { return view_.digest(cfg_.digest_limit, env_.rng()); }
+  ProtocolEvent ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason = {}) const;
+
+  Env& env_;
+  GossipConfig cfg_;
+  View view_;
+  std::string fingerprint_;
+  std::span<float> params_;
+  std::vector<PeerId> seeds_;
+  bool joined_ = true;
+  std::uint64_t clock_ = 0, samples_ = 0;
+  std::uint64_t steps_since_exchange_ = 0;
+  std::uint64_t next_exchange_id_ = 1;
+  std::uint64_t timer_seq_ = 0;
+  std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers
+  GossipStats stats_;
+};
+
+}  // namespace rumor

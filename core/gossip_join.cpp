@@ -1,0 +1,76 @@
+// Gossip: joining through seeds and merging piggybacked membership.
+#include "core/gossip.hpp"
+#include "core/serial.hpp"
+
+namespace rumor {
+
+void Gossip::send_join_requests() {
+  JoinRequestMsg j{view_.self(), fingerprint_};
+  for (const auto& s : seeds_) env_.send(s, make_message(j));
+}
+
+void Gossip::on_join_request(const PeerId& from, const Message& msg) {
+  JoinRequestMsg j;
+  try {
+    j = decode_join_request(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  if (j.fingerprint != fingerprint_)
+    return reject(from, "model fingerprint mismatch: ours '" + fingerprint_ + "', theirs '" + j.fingerprint + "'");
+  if (j.self.id != from) return reject(from, "join request names another peer (" + j.self.id + ")");
+  merge_view({j.self});
+  heard_from(from);
+  JoinReplyMsg r{view_.digest(1024, env_.rng())};
+  env_.send(from, make_message(r));
+}
+
+void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
+  JoinReplyMsg r;
+  try {
+    r = decode_join_reply(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  merge_view(r.members);
+  heard_from(from);
+  if (!joined_) {
+    joined_ = true;
+    env_.event(ev(ProtocolEvent::Kind::Joined, from));
+  }
+}
+
+void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
+  const double now = env_.now();
+  for (const MemberDigest& d : digests) {
+    if (d.id == view_.self().id) {
+      // Somebody thinks we are suspect or dead: refute with a higher incarnation (SWIM).
+      MemberDigest& me = view_.self();
+      if (d.state != MemberState::Alive && d.incarnation >= me.incarnation) me.incarnation = d.incarnation + 1;
+      continue;
+    }
+    if (auto c = view_.merge(d, now)) report_change(*c);
+  }
+}
+
+void Gossip::report_change(const View::Change& c) {
+  using K = ProtocolEvent::Kind;
+  switch (c.after) {
+    case MemberState::Alive:
+      if (!c.before || *c.before == MemberState::Dead || *c.before == MemberState::Left)
+        env_.event(ev(K::Join, c.id));
+      break;
+    case MemberState::Suspect:
+      if (!c.before) env_.event(ev(K::Join, c.id));
+      env_.event(ev(K::Suspect, c.id));
+      break;
+    case MemberState::Dead:
+      if (c.before) env_.event(ev(K::Dead, c.id));
+      break;
+    case MemberState::Left:
+      if (c.before) env_.event(ev(K::Leave, c.id));
+      break;
+  }
+}
+
+}  // namespace rumor

@@ -1,0 +1,64 @@
+#include "core/protocol_messages.hpp"
+
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+#include <cstring>
+
+#include "core/serial.hpp"
+
+namespace rumor {
+
+Message make_message(const JoinRequestMsg& m) { return {MsgType::JoinRequest, encode_struct(m), nullptr}; }
+Message make_message(const JoinReplyMsg& m) { return {MsgType::JoinReply, encode_struct(m), nullptr}; }
+Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const Bytes> payload) {
+  return {type, encode_struct(m), std::move(payload)};
+}
+Message make_message(const ExchangeBusyMsg& m) { return {MsgType::ExchangeBusy, encode_struct(m), nullptr}; }
+
+namespace {
+void check_view(const std::vector<MemberDigest>& v, const char* what) {
+  for (const auto& d : v) {
+    if (d.id.empty() || d.id.size() > 255) throw DecodeError(std::string("malformed ") + what + ": bad member id");
+    if (static_cast<std::uint8_t>(d.state) > 3) throw DecodeError(std::string("malformed ") + what + ": bad member state");
+  }
+}
+}  // namespace
+
+JoinRequestMsg decode_join_request(const Message& m) {
+  auto r = decode_struct<JoinRequestMsg>(m.header, "JoinRequest");
+  check_view({r.self}, "JoinRequest");
+  return r;
+}
+JoinReplyMsg decode_join_reply(const Message& m) {
+  auto r = decode_struct<JoinReplyMsg>(m.header, "JoinReply");
+  check_view(r.members, "JoinReply");
+  return r;
+}
+ExchangeMsg decode_exchange(const Message& m) {
+  auto r = decode_struct<ExchangeMsg>(m.header, msg_type_name(m.type));
+  if (r.codec != PayloadCodec::None) throw DecodeError("unknown payload codec " + std::to_string(int(r.codec)));
+  check_view(r.view, msg_type_name(m.type));
+  return r;
+}
+ExchangeBusyMsg decode_busy(const Message& m) {
+  auto r = decode_struct<ExchangeBusyMsg>(m.header, "ExchangeBusy");
+  check_view(r.view, "ExchangeBusy");
+  return r;
+}
+
+std::shared_ptr<const Bytes> encode_params(std::span<const float> params) {
+  auto b = std::make_shared<Bytes>(params.size() * sizeof(float));
+  std::memcpy(b->data(), params.data(), b->size());
+  return b;
+}
+
+std::span<const float> payload_floats(const Message& m, std::uint64_t param_count) {
+  const std::size_t want = static_cast<std::size_t>(param_count) * sizeof(float);
+  if (!m.payload || m.payload->size() != want)
+    throw DecodeError("payload of " + std::to_string(m.payload_size()) + " bytes, expected " +
+                      std::to_string(want) + " (" + std::to_string(param_count) + " float32)");
+  // operator new aligns to at least 16 bytes, so the byte buffer can be read as floats.
+  return {reinterpret_cast<const float*>(m.payload->data()), static_cast<std::size_t>(param_count)};
+}
+
+}  // namespace rumor

@@ -1,0 +1,61 @@
+// The structured headers of the gossip messages (Cereal binary inside a frame's header
+// section; docs/wire.md). Bulk parameters travel in the frame payload, never in here.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/message.hpp"
+#include "core/view.hpp"
+
+namespace rumor {
+
+// Payload encodings. None: param_count little-endian float32.
+enum class PayloadCodec : std::uint8_t { None = 0 };
+
+struct JoinRequestMsg {
+  MemberDigest self;
+  std::string fingerprint;
+  template <class A> void serialize(A& ar) { ar(self, fingerprint); }
+};
+
+struct JoinReplyMsg {
+  std::vector<MemberDigest> members;  // the responder's whole view, itself first
+  template <class A> void serialize(A& ar) { ar(members); }
+};
+
+// Request and reply of a push-pull exchange carry the same fields.
+struct ExchangeMsg {
+  std::uint64_t exchange_id = 0;  // chosen by the initiator, echoed in the reply
+  std::uint64_t clock = 0;        // sender's local steps at its snapshot
+  double weight = 1.0;            // sender's mixing weight (1, or samples processed)
+  PayloadCodec codec = PayloadCodec::None;
+  std::uint64_t param_count = 0;
+  std::vector<MemberDigest> view; // piggybacked membership (sender first)
+  template <class A> void serialize(A& ar) { ar(exchange_id, clock, weight, codec, param_count, view); }
+};
+
+struct ExchangeBusyMsg {
+  std::uint64_t exchange_id = 0;
+  std::string reason;
+  std::vector<MemberDigest> view;
+  template <class A> void serialize(A& ar) { ar(exchange_id, reason, view); }
+};
+
+Message make_message(const JoinRequestMsg& m);
+Message make_message(const JoinReplyMsg& m);
+Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const Bytes> payload);
+Message make_message(const ExchangeBusyMsg& m);
+
+// Throw DecodeError (core/serial.hpp) with the message name on malformed input.
+JoinRequestMsg decode_join_request(const Message& m);
+JoinReplyMsg decode_join_reply(const Message& m);
+ExchangeMsg decode_exchange(const Message& m);
+ExchangeBusyMsg decode_busy(const Message& m);
+
+// Parameters as a payload (codec None) and back.
+std::shared_ptr<const Bytes> encode_params(std::span<const float> params);
+// Views the payload as floats; throws DecodeError if the size is not param_count * 4.
+std::span<const float> payload_floats(const Message& m, std::uint64_t param_count);
+
+}  // namespace rumor

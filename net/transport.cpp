@@ -1,0 +1,799 @@
+// The Asio implementation of Transport (transport.hpp): one I/O thread, one acceptor, and a
+// Session per TCP connection, shaped like the asio chat example: a session is owned by
+// shared_ptr and every handler captures shared_from_this(); a deque write queue keeps exactly
+// one async_write in flight; reads go through FrameDecoder::prepare()/commit() straight into
+// the decoder's buffers (a payload is received into its final allocation and never copied; on
+// send it is written from the caller's shared buffer, also never copied).
+//
+// Life of a session (docs/wire.md has the protocol side):
+//   outbound: Connecting (connect deadline) -> Handshaking -> Open
+//   inbound:                                   Handshaking -> Open
+// Both sides send Hello first. Application frames wait in the queue until the remote's Hello
+// has been checked, so nothing is written to a peer with a different model. Once Open, the
+// session is registered under the remote's peer id (and, outbound, under the address we
+// dialled) so that send() reuses it; the most recently registered session wins.
+//
+// Every queued message is either written to the socket or reported once through
+// on_send_failed (except at stop(), which drops silently). Bad input is logged once, reported
+// through on_rejected, and closes that connection only.
+//
+// Deadlines use the check-and-rewait pattern of the asio timeouts examples: each timer's
+// handler compares now with the session's current deadline and either acts or waits again, so
+// moving a deadline later costs nothing and moving it earlier is one cancel().
+#include "net/transport.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/serial.hpp"
+#include "net/frame.hpp"
+
+namespace rumor::net {
+
+namespace {
+
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// Until the handshake is done a remote is a stranger: it may send one small Hello and nothing
+// bigger (decode_hello caps its strings at 255 + 1024 bytes).
+constexpr FrameLimits kHandshakeLimits{4096, 0};
+
+Clock::duration seconds(double s) {
+  if (!(s > 0)) return Clock::duration::zero();
+  if (s > 1e9) s = 1e9;
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
+std::string endpoint_id(const tcp::endpoint& ep) {
+  const auto a = ep.address();
+  const std::string host = a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
+  return host + ":" + std::to_string(ep.port());
+}
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// "host:port", "[v6]:port". Returns false on anything else.
+bool split_host_port(const std::string& id, HostPort& out) {
+  const auto colon = id.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 >= id.size()) return false;
+  std::string host = id.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return false;
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned port = 0;
+  const char* b = id.data() + colon + 1;
+  const char* e = id.data() + id.size();
+  const auto [ptr, ec] = std::from_chars(b, e, port);
+  if (ec != std::errc() || ptr != e || port == 0 || port > 65535) return false;
+  out.host = std::move(host);
+  out.port = static_cast<std::uint16_t>(port);
+  return true;
+}
+
+// How a session ends decides whom we tell.
+enum class CloseKind {
+  Rejected,    // bad input from the remote: warn, count, on_rejected
+  SendFailed,  // connect/write failure or write deadline: warn, on_send_failed
+  Quiet,       // orderly end (remote closed, idle, local disconnect): info/debug only
+  Stop,        // Transport::stop(): no callbacks at all
+};
+
+struct OutFrame {
+  std::array<std::uint8_t, kFrameHeaderSize> fixed;
+  Message msg;
+  bool app = true;  // an application message (counts for flush() and on_send_failed)
+  std::size_t size() const { return fixed.size() + msg.header.size() + msg.payload_size(); }
+};
+
+}  // namespace
+
+class Session;
+
+// The transport's state. (A namespace-scope struct because Transport::Impl is private and
+// Session needs it; Transport::Impl just derives from it.)
+struct TransportCore {
+  TransportCore(TransportConfig c, TransportEvents e, std::shared_ptr<spdlog::logger> l)
+      : cfg(std::move(c)), ev(std::move(e)), log(l ? std::move(l) : spdlog::default_logger()),
+        pool(cfg.recycle_payload_bytes > 0 ? PayloadPool::create(cfg.recycle_payload_bytes)
+                                           : nullptr) {}
+
+  TransportConfig cfg;
+  TransportEvents ev;
+  std::shared_ptr<spdlog::logger> log;
+  std::shared_ptr<PayloadPool> pool;  // shared by all sessions' decoders; may be null
+
+  // Declared first so that it is destroyed last: sockets and timers refer to it.
+  asio::io_context io{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  std::thread thread;
+  std::mutex join_mu;
+
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};  // set by stop(): public calls become no-ops
+  bool stopping = false;             // io thread only: shutdown in progress, no callbacks
+  PeerId local;                      // written once in start() before the thread starts
+
+  // io thread only.
+  std::set<std::shared_ptr<Session>> sessions;
+  std::map<PeerId, std::shared_ptr<Session>> by_peer;
+  std::set<std::shared_ptr<asio::steady_timer>> user_timers;
+  std::uint64_t register_seq = 0;
+
+  std::atomic<std::uint64_t> bytes_sent{0}, bytes_recv{0}, frames_sent{0}, frames_recv{0},
+      rejected{0}, accepted{0}, dialed{0};
+
+  // flush(): application frames accepted by send() and not yet written or dropped.
+  std::atomic<std::uint64_t> queued_frames{0};
+  std::mutex flush_mu;
+  std::condition_variable flush_cv;
+
+  void frames_done(std::uint64_t n) {
+    if (n == 0) return;
+    if (queued_frames.fetch_sub(n) == n) {
+      std::lock_guard lk(flush_mu);
+      flush_cv.notify_all();
+    }
+  }
+
+  void do_accept();
+  void do_send(const PeerId& to, OutFrame frame);
+  void register_session(const std::shared_ptr<Session>& s, const PeerId& id);
+  void unregister_session(Session* s);
+  void shutdown();
+};
+
+struct Transport::Impl : TransportCore {
+  using TransportCore::TransportCore;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  using Impl = TransportCore;
+
+  // Inbound: an accepted socket.
+  Session(Impl& t, tcp::socket sock) : t_(t), socket_(std::move(sock)), resolver_(t.io),
+        read_timer_(t.io), write_timer_(t.io), decoder_(kHandshakeLimits, t.pool) {
+    asio::error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    endpoint_ = ec ? std::string("unknown remote") : endpoint_id(ep);
+  }
+  // Outbound: we will dial `to`.
+  Session(Impl& t, PeerId to) : t_(t), socket_(t.io), resolver_(t.io), read_timer_(t.io),
+        write_timer_(t.io), decoder_(kHandshakeLimits, t.pool), state_(State::Connecting),
+        dial_(std::move(to)) {}
+
+  const PeerId& remote_id() const { return remote_id_; }
+  const PeerId& dial_target() const { return dial_; }
+  bool closed() const { return state_ == State::Closed; }
+  bool names(const PeerId& id) const { return id == remote_id_ || id == dial_; }
+  std::uint64_t seq = 0;  // registration order (most recent wins in by_peer)
+
+  void start_inbound() {
+    queue_hello();
+    on_connected();
+  }
+
+  void start_outbound() {
+    queue_hello();
+    write_deadline_ = Clock::now() + seconds(t_.cfg.connect_timeout_s);
+    watch_write();
+    HostPort hp;
+    if (!split_host_port(dial_, hp)) {
+      close(CloseKind::SendFailed, "bad peer address '" + dial_ + "' (expected host:port)");
+      return;
+    }
+    asio::error_code ec;
+    const auto addr = asio::ip::make_address(hp.host == "localhost" ? "127.0.0.1" : hp.host, ec);
+    if (!ec) {
+      connect(std::vector<tcp::endpoint>{tcp::endpoint(addr, hp.port)});
+      return;
+    }
+    resolver_.async_resolve(
+        hp.host, std::to_string(hp.port),
+        [self = shared_from_this()](const asio::error_code& ec, tcp::resolver::results_type r) {
+          if (self->closed()) return;
+          if (ec) {
+            self->close(CloseKind::SendFailed, "cannot resolve '" + self->dial_ + "': " + ec.message());
+            return;
+          }
+          self->connect(std::vector<tcp::endpoint>(r.begin(), r.end()));
+        });
+  }
+
+  // An application frame for this peer. Held back until the handshake is done.
+  void enqueue(OutFrame f) {
+    if (closed()) {  // cannot happen via do_send, which skips closed sessions; be safe anyway
+      t_.frames_done(f.app ? 1 : 0);
+      return;
+    }
+    if (!queue_.empty() && queued_bytes_ + f.size() > t_.cfg.max_queued_bytes) {
+      const std::string reason = "write queue to " + name() + " is full (" +
+                                 std::to_string(queued_bytes_) + " bytes queued, limit " +
+                                 std::to_string(t_.cfg.max_queued_bytes) + ")";
+      t_.log->warn("net: dropping a {} to {}: {}", msg_type_name(f.msg.type), name(), reason);
+      t_.frames_done(1);
+      if (t_.ev.on_send_failed) t_.ev.on_send_failed(send_id(), reason);
+      return;
+    }
+    queued_bytes_ += f.size();
+    queue_.push_back(std::move(f));
+    do_write();
+  }
+
+  void close(CloseKind kind, const std::string& reason) {
+    if (closed()) return;
+    const bool was_open = state_ == State::Open;
+    state_ = State::Closed;
+    asio::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    resolver_.cancel();
+    read_timer_.cancel();
+    write_timer_.cancel();
+
+    std::uint64_t app_frames = 0;
+    for (const auto& f : queue_) app_frames += f.app ? 1 : 0;
+    queue_.clear();
+    queued_bytes_ = 0;
+    auto self = shared_from_this();  // keep us alive through the callbacks below
+    t_.unregister_session(this);
+    t_.frames_done(app_frames);
+    if (kind == CloseKind::Stop || t_.stopping) return;
+
+    if (kind == CloseKind::Rejected) {
+      ++t_.rejected;
+      t_.log->warn("net: rejected {}: {}", name(), reason);
+      if (t_.ev.on_rejected) t_.ev.on_rejected(name(), reason);
+    } else if (app_frames > 0) {
+      t_.log->warn("net: send to {} failed ({} message(s) dropped): {}", send_id(), app_frames,
+                   reason);
+    } else if (was_open) {
+      t_.log->debug("net: connection to {} closed: {}", name(), reason);
+    } else {
+      t_.log->info("net: connection to {} closed before the handshake: {}", name(), reason);
+    }
+    // Once per failure, and only when something the caller asked for was lost.
+    if (app_frames > 0 && t_.ev.on_send_failed) t_.ev.on_send_failed(send_id(), reason);
+  }
+
+ private:
+  enum class State { Connecting, Handshaking, Open, Closed };
+
+  // For logs and on_rejected: the peer id once the Hello told us, else the address we dialled,
+  // else the remote endpoint "ip:port".
+  const PeerId& name() const {
+    return !remote_id_.empty() ? remote_id_ : !dial_.empty() ? dial_ : endpoint_;
+  }
+  // For on_send_failed: the id the caller sent to.
+  const PeerId& send_id() const { return !dial_.empty() ? dial_ : name(); }
+
+  void queue_hello() {
+    Hello h;
+    h.peer_id = t_.local;
+    h.fingerprint = t_.cfg.fingerprint;
+    OutFrame f;
+    f.msg.type = MsgType::Hello;
+    f.msg.header = encode_hello(h);
+    f.fixed = encode_frame_header(f.msg);
+    f.app = false;
+    queued_bytes_ += f.size();
+    queue_.push_front(std::move(f));
+  }
+
+  void connect(std::vector<tcp::endpoint> eps) {
+    ++t_.dialed;
+    asio::async_connect(socket_, eps,
+                        [self = shared_from_this()](const asio::error_code& ec, const tcp::endpoint&) {
+                          if (self->closed()) return;
+                          if (ec) {
+                            self->close(CloseKind::SendFailed,
+                                        "connect to " + self->dial_ + " failed: " + ec.message());
+                            return;
+                          }
+                          self->write_deadline_ = Clock::time_point::max();
+                          self->on_connected();
+                        });
+  }
+
+  void on_connected() {
+    state_ = State::Handshaking;
+    asio::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    last_activity_ = Clock::now();
+    read_deadline_ = last_activity_ + seconds(t_.cfg.handshake_timeout_s);
+    watch_read();
+    if (dial_.empty()) watch_write();  // outbound sessions watch since start_outbound()
+    do_read();
+    do_write();
+  }
+
+  // ---- reading ----
+
+  void do_read() {
+    const auto buf = decoder_.prepare();
+    socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
+                            [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
+                              self->on_read(ec, n);
+                            });
+  }
+
+  void on_read(const asio::error_code& ec, std::size_t n) {
+    if (closed()) return;
+    if (n > 0) {
+      t_.bytes_recv += n;
+      last_activity_ = Clock::now();
+    }
+    if (ec) {
+      if (decoder_.in_frame()) {
+        close(CloseKind::Rejected, "connection closed mid-frame after " +
+                                       std::to_string(decoder_.frame_bytes_received()) + " of " +
+                                       std::to_string(decoder_.frame_bytes_expected()) + " bytes (" +
+                                       ec.message() + ")");
+      } else if (ec == asio::error::eof) {
+        close(CloseKind::Quiet, "closed by the remote");
+      } else {
+        close(CloseKind::Quiet, "read failed: " + ec.message());
+      }
+      return;
+    }
+    const auto r = decoder_.commit(n);
+    if (r.bad()) {
+      close(CloseKind::Rejected, r.reason);
+      return;
+    }
+    if (r.good()) {
+      ++t_.frames_recv;
+      on_frame(decoder_.take());
+      if (closed()) return;
+    }
+    update_read_deadline();
+    do_read();
+  }
+
+  void on_frame(Message msg) {
+    if (state_ != State::Open) {
+      on_hello(msg);
+      return;
+    }
+    if (msg.type == MsgType::Hello) {
+      close(CloseKind::Rejected, "unexpected second Hello");
+      return;
+    }
+    if (t_.ev.on_message) t_.ev.on_message(remote_id_, std::move(msg));
+  }
+
+  void on_hello(const Message& msg) {
+    if (msg.type != MsgType::Hello) {
+      close(CloseKind::Rejected, std::string("expected Hello as the first frame, got ") +
+                                     msg_type_name(msg.type));
+      return;
+    }
+    Hello h;
+    try {
+      h = decode_hello(msg.header);
+    } catch (const std::exception& e) {
+      close(CloseKind::Rejected, e.what());
+      return;
+    }
+    remote_id_ = h.peer_id;  // named in the rejections below; registered only if they pass
+    if (h.version != kProtocolVersion) {
+      close(CloseKind::Rejected, "Hello says protocol version " + std::to_string(h.version) +
+                                     ", we speak " + std::to_string(kProtocolVersion));
+      return;
+    }
+    if (h.fingerprint != t_.cfg.fingerprint) {
+      close(CloseKind::Rejected, "model fingerprint mismatch: ours '" + t_.cfg.fingerprint +
+                                     "', theirs '" + h.fingerprint + "'");
+      return;
+    }
+    state_ = State::Open;
+    decoder_.set_limits({t_.cfg.max_header_bytes, t_.cfg.max_payload_bytes});
+    t_.register_session(shared_from_this(), remote_id_);
+    if (!dial_.empty() && dial_ != remote_id_)
+      t_.log->debug("net: handshake with {} (dialled as {}) done", remote_id_, dial_);
+    else
+      t_.log->debug("net: handshake with {} done", remote_id_);
+    do_write();  // releases the application frames held back until now
+  }
+
+  void update_read_deadline() {
+    if (state_ != State::Open) return;  // the handshake deadline covers the Hello
+    if (decoder_.in_frame()) {
+      const auto expected = decoder_.frame_bytes_expected();
+      if (expected == frame_deadline_bytes_) return;
+      if (frame_deadline_bytes_ == 0) frame_start_ = Clock::now();
+      frame_deadline_bytes_ = expected;
+      set_read_deadline(frame_start_ + seconds(frame_allowance_s(expected)));
+    } else {
+      frame_deadline_bytes_ = 0;
+      set_read_deadline(last_activity_ + seconds(t_.cfg.idle_timeout_s));
+    }
+  }
+
+  double frame_allowance_s(std::uint64_t bytes) const {
+    const double rate = t_.cfg.min_rate_bytes_per_s > 0 ? t_.cfg.min_rate_bytes_per_s : 1e300;
+    return t_.cfg.frame_timeout_s + static_cast<double>(bytes) / rate;
+  }
+
+  void set_read_deadline(Clock::time_point at) {
+    const bool earlier = at < read_deadline_;
+    read_deadline_ = at;
+    if (earlier) read_timer_.cancel();  // its handler re-waits on the new deadline
+  }
+
+  void watch_read() {
+    read_timer_.expires_at(read_deadline_);
+    read_timer_.async_wait([self = shared_from_this()](const asio::error_code&) {
+      if (self->closed()) return;
+      if (Clock::now() >= self->read_deadline_) self->read_deadline_passed();
+      if (!self->closed()) self->watch_read();
+    });
+  }
+
+  void read_deadline_passed() {
+    if (state_ != State::Open) {
+      std::string reason = "no valid Hello within " + fmt_seconds(t_.cfg.handshake_timeout_s);
+      if (decoder_.in_frame())
+        reason += " (" + std::to_string(decoder_.frame_bytes_received()) + " of " +
+                  std::to_string(decoder_.frame_bytes_expected()) + " bytes arrived)";
+      close(CloseKind::Rejected, reason);
+      return;
+    }
+    if (decoder_.in_frame()) {
+      const auto expected = decoder_.frame_bytes_expected();
+      close(CloseKind::Rejected,
+            "frame not completed within " + fmt_seconds(frame_allowance_s(expected)) + ": " +
+                std::to_string(decoder_.frame_bytes_received()) + " of " +
+                std::to_string(expected) + " bytes arrived (trickling sender?)");
+      return;
+    }
+    // Between frames: idle only if nothing moved in either direction.
+    const auto now = Clock::now();
+    const auto idle_until = last_activity_ + seconds(t_.cfg.idle_timeout_s);
+    if (now < idle_until) {
+      read_deadline_ = idle_until;
+      return;
+    }
+    if (writing_ || !queue_.empty()) {
+      read_deadline_ = now + seconds(t_.cfg.idle_timeout_s);
+      return;
+    }
+    close(CloseKind::Quiet, "idle for " + fmt_seconds(t_.cfg.idle_timeout_s));
+  }
+
+  // ---- writing ----
+
+  void do_write() {
+    if (writing_ || queue_.empty()) return;
+    if (state_ != State::Handshaking && state_ != State::Open) return;
+    OutFrame& f = queue_.front();
+    if (state_ != State::Open && f.app) return;  // held until the remote's Hello checked out
+    writing_ = true;
+    const std::size_t size = f.size();
+    set_write_deadline(Clock::now() + seconds(frame_allowance_s(size)));
+    std::array<asio::const_buffer, 3> bufs = {
+        asio::buffer(f.fixed), asio::buffer(f.msg.header),
+        f.msg.payload ? asio::buffer(*f.msg.payload) : asio::const_buffer()};
+    // The completion condition counts bytes as each write lands (stats at socket level) and
+    // lifts asio's default cap of 64 KiB per write call, which would cost ~1600 syscalls per
+    // 100 MB.
+    // (asio skips the condition after the last write; on_written counts the rest.)
+    write_counted_ = 0;
+    asio::async_write(
+        socket_, bufs,
+        [this](const asio::error_code& ec, std::size_t done) -> std::size_t {
+          count_written(done);
+          return ec ? 0 : std::size_t{64} << 20;
+        },
+        [self = shared_from_this()](const asio::error_code& ec, std::size_t done) {
+          self->count_written(done);
+          self->on_written(ec);
+        });
+  }
+
+  void count_written(std::size_t done) {
+    if (done <= write_counted_) return;
+    t_.bytes_sent += done - write_counted_;
+    write_counted_ = done;
+    last_activity_ = Clock::now();
+  }
+
+  void on_written(const asio::error_code& ec) {
+    writing_ = false;
+    if (closed()) return;
+    if (ec) {
+      close(CloseKind::SendFailed, "write to " + name() + " failed: " + ec.message());
+      return;
+    }
+    ++t_.frames_sent;
+    last_activity_ = Clock::now();
+    const bool app = queue_.front().app;
+    queued_bytes_ -= queue_.front().size();
+    queue_.pop_front();
+    write_deadline_ = Clock::time_point::max();
+    t_.frames_done(app ? 1 : 0);
+    do_write();
+  }
+
+  void set_write_deadline(Clock::time_point at) {
+    const bool earlier = at < write_deadline_;
+    write_deadline_ = at;
+    if (earlier) write_timer_.cancel();
+  }
+
+  void watch_write() {
+    write_timer_.expires_at(write_deadline_);
+    write_timer_.async_wait([self = shared_from_this()](const asio::error_code&) {
+      if (self->closed()) return;
+      if (Clock::now() >= self->write_deadline_) self->write_deadline_passed();
+      if (!self->closed()) self->watch_write();
+    });
+  }
+
+  void write_deadline_passed() {
+    if (state_ == State::Connecting) {
+      close(CloseKind::SendFailed, "connect to " + dial_ + " timed out after " +
+                                       fmt_seconds(t_.cfg.connect_timeout_s));
+      return;
+    }
+    if (!writing_) {
+      write_deadline_ = Clock::time_point::max();
+      return;
+    }
+    const std::size_t size = queue_.front().size();
+    close(CloseKind::SendFailed, "write of a " + std::to_string(size) + "-byte frame to " + name() +
+                                     " not completed within " +
+                                     fmt_seconds(frame_allowance_s(size)));
+  }
+
+  Impl& t_;
+  tcp::socket socket_;
+  tcp::resolver resolver_;
+  asio::steady_timer read_timer_, write_timer_;
+  Clock::time_point read_deadline_ = Clock::time_point::max();
+  Clock::time_point write_deadline_ = Clock::time_point::max();
+  Clock::time_point last_activity_ = Clock::now();
+  Clock::time_point frame_start_{};
+  std::uint64_t frame_deadline_bytes_ = 0;  // frame size the current read deadline was set for
+  FrameDecoder decoder_;
+  State state_ = State::Handshaking;
+  PeerId dial_;       // outbound: the address we were asked to send to
+  PeerId remote_id_;  // from the remote's Hello
+  PeerId endpoint_;   // inbound: the remote's "ip:port"
+  std::deque<OutFrame> queue_;
+  std::size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  std::size_t write_counted_ = 0;  // bytes of the frame in flight already added to bytes_sent
+};
+
+// ---- Impl (io thread) ----
+
+void TransportCore::do_accept() {
+  acceptor.async_accept([this](const asio::error_code& ec, tcp::socket sock) {
+    if (stopping || !acceptor.is_open()) return;
+    if (ec) {
+      // Out of descriptors and the like: back off instead of spinning.
+      log->warn("net: accept failed: {}", ec.message());
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](const asio::error_code& e) {
+        if (!e && !stopping) do_accept();
+      });
+      return;
+    }
+    ++accepted;
+    auto s = std::make_shared<Session>(*this, std::move(sock));
+    sessions.insert(s);
+    s->start_inbound();
+    do_accept();
+  });
+}
+
+void TransportCore::do_send(const PeerId& to, OutFrame frame) {
+  if (stopping) {
+    frames_done(1);
+    return;
+  }
+  auto it = by_peer.find(to);
+  if (it != by_peer.end() && !it->second->closed()) {
+    it->second->enqueue(std::move(frame));
+    return;
+  }
+  auto s = std::make_shared<Session>(*this, to);
+  sessions.insert(s);
+  register_session(s, to);
+  s->enqueue(std::move(frame));
+  s->start_outbound();
+}
+
+void TransportCore::register_session(const std::shared_ptr<Session>& s, const PeerId& id) {
+  s->seq = ++register_seq;
+  by_peer[id] = s;
+  if (!s->dial_target().empty() && s->dial_target() != id) by_peer[s->dial_target()] = s;
+}
+
+void TransportCore::unregister_session(Session* s) {
+  for (const PeerId* id : {&s->remote_id(), &s->dial_target()}) {
+    if (id->empty()) continue;
+    auto it = by_peer.find(*id);
+    if (it == by_peer.end() || it->second.get() != s) continue;
+    by_peer.erase(it);
+    // Fall back to the most recent other live connection to the same peer, if any.
+    std::shared_ptr<Session> best;
+    for (const auto& o : sessions)
+      if (o.get() != s && !o->closed() && o->seq > 0 && o->names(*id) && (!best || o->seq > best->seq))
+        best = o;
+    if (best) by_peer[*id] = best;
+  }
+  for (auto it = sessions.begin(); it != sessions.end(); ++it) {
+    if (it->get() == s) {
+      sessions.erase(it);
+      break;
+    }
+  }
+}
+
+void TransportCore::shutdown() {
+  stopping = true;
+  asio::error_code ignored;
+  acceptor.close(ignored);
+  accept_retry.cancel();
+  auto all = sessions;  // close() edits `sessions`
+  for (const auto& s : all) s->close(CloseKind::Stop, "transport stopped");
+  sessions.clear();
+  by_peer.clear();
+  for (const auto& t : user_timers) t->cancel();
+  user_timers.clear();
+  work.reset();
+  io.stop();
+}
+
+// ---- Transport ----
+
+Transport::Transport(TransportConfig cfg, TransportEvents events, std::shared_ptr<spdlog::logger> log)
+    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(events), std::move(log))) {}
+
+Transport::~Transport() { stop(); }
+
+void Transport::start() {
+  Impl& t = *impl_;
+  RUMOR_CHECK(!t.started.load(), "Transport::start() called twice");
+  asio::error_code ec;
+  const std::string where = t.cfg.listen_host + ":" + std::to_string(t.cfg.listen_port);
+  const auto addr = asio::ip::make_address(
+      t.cfg.listen_host == "localhost" ? "127.0.0.1" : t.cfg.listen_host, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": bad address: " + ec.message());
+  const tcp::endpoint ep(addr, t.cfg.listen_port);
+  t.acceptor.open(ep.protocol(), ec);
+  if (!ec) t.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) t.acceptor.bind(ep, ec);
+  if (!ec) t.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    asio::error_code ignored;
+    t.acceptor.close(ignored);
+    throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
+  }
+  const auto bound = t.acceptor.local_endpoint(ec);
+  t.local = endpoint_id(tcp::endpoint(addr, ec ? t.cfg.listen_port : bound.port()));
+  t.work.emplace(asio::make_work_guard(t.io));
+  t.do_accept();
+  t.started = true;
+  t.thread = std::thread([&t] { t.io.run(); });
+  t.log->info("net: listening on {}", t.local);
+}
+
+void Transport::stop() {
+  Impl& t = *impl_;
+  if (!t.started.load()) return;
+  const bool on_io_thread = std::this_thread::get_id() == t.thread.get_id();
+  if (!t.stopped.exchange(true)) {
+    if (on_io_thread) t.shutdown();
+    else asio::post(t.io, [&t] { t.shutdown(); });
+  }
+  if (on_io_thread) return;  // cannot join ourselves; the destructor (or a later stop) joins
+  std::lock_guard lk(t.join_mu);
+  if (t.thread.joinable()) {
+    t.thread.join();
+    // Let the handlers aborted by the shutdown run (they see `stopping` and return) so that
+    // sessions are released here rather than inside ~io_context.
+    t.io.restart();
+    t.io.poll();
+  }
+  t.queued_frames = 0;
+  std::lock_guard flk(t.flush_mu);
+  t.flush_cv.notify_all();
+}
+
+bool Transport::flush(double timeout_s) {
+  Impl& t = *impl_;
+  std::unique_lock lk(t.flush_mu);
+  return t.flush_cv.wait_for(lk, std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0),
+                             [&t] { return t.queued_frames.load() == 0 || t.stopped.load(); }) &&
+         t.queued_frames.load() == 0;
+}
+
+PeerId Transport::local_id() const {
+  const Impl& t = *impl_;
+  if (t.started.load()) return t.local;
+  return t.cfg.listen_host + ":" + std::to_string(t.cfg.listen_port);
+}
+
+void Transport::send(const PeerId& to, Message msg) {
+  Impl& t = *impl_;
+  if (!t.started.load() || t.stopped.load()) return;
+  RUMOR_CHECK(msg.type != MsgType::Hello, "Hello is sent by the transport itself");
+  OutFrame f;
+  f.fixed = encode_frame_header(msg);  // hashes the payload here, on the caller's thread
+  f.msg = std::move(msg);
+  ++t.queued_frames;
+  asio::post(t.io, [&t, to, f = std::move(f)]() mutable { t.do_send(to, std::move(f)); });
+}
+
+void Transport::post_after(double delay_s, std::function<void()> fn) {
+  Impl& t = *impl_;
+  if (!t.started.load() || t.stopped.load()) return;
+  asio::post(t.io, [&t, delay_s, fn = std::move(fn)]() mutable {
+    if (t.stopping) return;
+    auto timer = std::make_shared<asio::steady_timer>(t.io, seconds(delay_s));
+    t.user_timers.insert(timer);
+    timer->async_wait([&t, timer, fn = std::move(fn)](const asio::error_code& ec) {
+      t.user_timers.erase(timer);
+      if (ec || t.stopping) return;
+      fn();
+    });
+  });
+}
+
+void Transport::disconnect(const PeerId& peer) {
+  Impl& t = *impl_;
+  if (!t.started.load() || t.stopped.load()) return;
+  asio::post(t.io, [&t, peer] {
+    std::vector<std::shared_ptr<Session>> victims;
+    for (const auto& s : t.sessions)
+      if (s->names(peer)) victims.push_back(s);
+    for (const auto& s : victims) s->close(CloseKind::Quiet, "disconnected locally");
+  });
+}
+
+TransportStats Transport::stats() const {
+  const Impl& t = *impl_;
+  TransportStats s;
+  s.bytes_sent = t.bytes_sent.load();
+  s.bytes_recv = t.bytes_recv.load();
+  s.frames_sent = t.frames_sent.load();
+  s.frames_recv = t.frames_recv.load();
+  s.rejected = t.rejected.load();
+  s.accepted = t.accepted.load();
+  s.dialed = t.dialed.load();
+  return s;
+}
+
+}  // namespace rumor::net

@@ -1,0 +1,78 @@
+// rumor-peer as a user runs it: flags, bad input files, metrics, a single-peer run.
+#include <doctest/doctest.h>
+
+#include <zlib.h>
+
+#include "process.hpp"
+
+using namespace rumor::test;
+namespace fs = std::filesystem;
+
+TEST_CASE("cli: a bad flag is refused with the usage line and exit code 2") {
+  auto d = temp_dir("badflag");
+  Process p({"--no-such-flag"}, d / "log");
+  CHECK(p.wait(10) == 2);
+  CHECK(p.log().find("Usage:") != std::string::npos);
+  Process q({"--shard", "5/4", "--data", "synthetic"}, d / "log2");
+  CHECK(q.wait(10) == 2);
+  CHECK(q.log().find("5/4") != std::string::npos);
+  Process r({"--join", "127.0.0.1"}, d / "log3");
+  CHECK(r.wait(10) == 2);
+  CHECK(r.log().find("HOST:PORT") != std::string::npos);
+  Process h({"--help"}, d / "log4");
+  CHECK(h.wait(10) == 0);
+}
+
+TEST_CASE("cli: a missing data directory names the Debian package and --data synthetic") {
+  auto d = temp_dir("nodata");
+  Process p({"--data", (d / "nowhere").string()}, d / "log");
+  CHECK(p.wait(10) == 2);
+  const std::string log = p.log();
+  CHECK(log.find("dataset-fashion-mnist") != std::string::npos);
+  CHECK(log.find("--data synthetic") != std::string::npos);
+}
+
+TEST_CASE("cli: a truncated or corrupt IDX file is named, exit 2, no crash") {
+  const fs::path real = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(real)) {
+    MESSAGE("Fashion-MNIST not installed; skipped");
+    return;
+  }
+  auto d = temp_dir("corrupt");
+  for (const char* f : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(real / f, d / f);
+  // Truncated gzip of the training images.
+  {
+    const std::string bytes = read_text(real / "train-images-idx3-ubyte.gz");
+    std::ofstream(d / "train-images-idx3-ubyte.gz", std::ios::binary).write(bytes.data(), 100000);
+  }
+  Process p({"--data", d.string()}, d / "log");
+  CHECK(p.wait(20) == 2);
+  CHECK(p.log().find("train-images-idx3-ubyte.gz") != std::string::npos);
+  // An uncompressed IDX file with a bad magic.
+  fs::remove(d / "train-images-idx3-ubyte.gz");
+  std::ofstream(d / "train-images-idx3-ubyte", std::ios::binary) << std::string("\x01\x02\x08\x03garbage", 11);
+  Process q({"--data", d.string()}, d / "log2");
+  CHECK(q.wait(20) == 2);
+  const std::string log = q.log();
+  CHECK(log.find("train-images-idx3-ubyte") != std::string::npos);
+  CHECK(log.find("magic") != std::string::npos);
+}
+
+TEST_CASE("cli: one peer trains on the synthetic task and writes eval and done metrics") {
+  auto d = temp_dir("single");
+  Process p({"--data", "synthetic", "--model", "mlp:64", "--epochs", "2", "--metrics", (d / "m.jsonl").string()},
+            d / "log");
+  REQUIRE(p.wait(120) == 0);
+  const auto evals = metric_lines(d / "m.jsonl", "eval");
+  REQUIRE(evals.size() == 3);  // at start, after epoch 1, final
+  CHECK(field(evals.front(), "step") == 0);
+  CHECK(field(evals.front(), "test_acc") < 0.3);
+  const auto done = metric_lines(d / "m.jsonl", "done");
+  REQUIRE(done.size() == 1);
+  CHECK(field(done[0], "test_acc") > 0.8);
+  CHECK(field(done[0], "steps") == 500);  // 16000 rows / 64 = 250 steps per epoch
+  for (const char* k : {"t", "epoch", "loss", "samples_per_s", "bytes_sent", "bytes_recv", "exchanges", "peers"})
+    CHECK_MESSAGE(!std::isnan(field(evals.back(), k)), k);
+  CHECK(p.log().find("test_acc") != std::string::npos);
+}
