@@ -33,6 +33,8 @@ Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string finger
   RUMOR_CHECK(cfg_.local_steps >= 1);
   RUMOR_CHECK(cfg_.exchange_timeout_s > 0);
   RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
+  RUMOR_CHECK(cfg_.staleness >= 0);
+  RUMOR_CHECK(cfg_.codec != PayloadCodec::TopK, "topk needs the per-neighbour state of core/sparse.hpp");
 }
 
 ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason) const {
@@ -79,14 +81,17 @@ void Gossip::start_exchange() {
   }
   if (candidates.empty()) return;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
-  Outstanding o{next_exchange_id_++, peer, encode_params(params_), my_weight(), now};
+  Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now};
+  o.payload = encode_snapshot(o.decoded);
   ExchangeMsg h;
   h.exchange_id = o.id;
   h.clock = clock_;
   h.weight = o.weight;
+  h.codec = cfg_.codec;
   h.param_count = params_.size();
   h.view = digest();
-  env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.snapshot));
+  stats_.payload_bytes_sent += o.payload->size();
+  env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
@@ -105,8 +110,12 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
   ++stats_.failed;
   if (peer_busy) ++stats_.busy;
   env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, peer, reason));
+  if (!peer_busy) note_failure(peer);  // a busy peer is healthy: just pick again
+}
+
+void Gossip::note_failure(const PeerId& peer) {
   Member* m = view_.find(peer);
-  if (!m || peer_busy) return;  // a busy peer is healthy: just pick again
+  if (!m) return;
   ++m->failures;
   const double now = env_.now();
   m->skip_until = now + cfg_.failure_backoff_s * std::min(m->failures, 8);
@@ -116,8 +125,50 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
   }
 }
 
+void Gossip::on_idle() {
+  if (out_.size() < cfg_.max_in_flight) start_exchange();
+  // Probe the members holding the bound back, so news of their clocks reaches us even when no
+  // exchange with them is under way.
+  if (std::isfinite(cfg_.staleness) && !may_step()) {
+    const std::uint64_t slowest = slowest_clock();
+    for (const auto& [id, m] : view_.members())
+      if (m.d.state == MemberState::Alive && m.d.clock == slowest)
+        env_.send(id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest()}));
+  }
+}
+
+std::uint64_t Gossip::slowest_clock() const {
+  std::uint64_t s = clock_;
+  bool any = false;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Alive) {
+      s = any ? std::min(s, m.d.clock) : m.d.clock;
+      any = true;
+    }
+  return s;
+}
+
+bool Gossip::may_step() const {
+  if (!std::isfinite(cfg_.staleness)) return true;
+  return static_cast<double>(clock_) <= static_cast<double>(slowest_clock()) + cfg_.staleness;
+}
+
+std::shared_ptr<const Bytes> Gossip::encode_snapshot(std::vector<float>& decoded) const {
+  if (cfg_.codec == PayloadCodec::None) {
+    decoded.clear();
+    return encode_params(params_);
+  }
+  auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, params_));
+  decoded.resize(params_.size());
+  decode_dense(cfg_.codec, *b, decoded);
+  return b;
+}
+
 void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {
-  if (auto i = find_out(peer); i != npos) fail_exchange(i, "unreachable: " + reason, false);
+  if (auto i = find_out(peer); i != npos)
+    fail_exchange(i, "unreachable: " + reason, false);
+  else
+    note_failure(peer);  // a probe or a reply that could not be delivered
 }
 
 void Gossip::on_timer(std::uint64_t id) {
@@ -157,6 +208,8 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
     case MsgType::ExchangeBusy: return on_busy(from, msg);
     case MsgType::JoinRequest: return on_join_request(from, msg);
     case MsgType::JoinReply: return on_join_reply(from, msg);
+    case MsgType::Ping:
+    case MsgType::Ack: return on_ping(from, msg);
     default:
       return reject(from, std::string("unexpected message type ") + msg_type_name(msg.type));
   }

@@ -23,6 +23,7 @@
 // Contract: every method is called between two training steps, one at a time; `params` stays
 // valid and at the same address for the lifetime of the object.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codec.hpp"
 #include "core/env.hpp"
 #include "core/message.hpp"
 #include "core/protocol_messages.hpp"
@@ -42,6 +44,13 @@ enum class MixWeight { Uniform, Samples };
 struct GossipConfig {
   std::uint64_t local_steps = 1;     // H: exchange every H local steps
   MixWeight mix_weight = MixWeight::Uniform;
+  PayloadCodec codec = PayloadCodec::None;
+  // Bounded staleness (SSP). A peer at clock c (local steps done) starts its next step only
+  // while c <= slowest + staleness, where `slowest` is the smallest clock among the *other*
+  // alive members it knows of; and an exchange between peers whose clocks differ by more than
+  // `staleness` is refused (ExchangeBusy "stale"), so a model that far behind is never mixed.
+  // 0 = lockstep; infinity (the default) = fully asynchronous.
+  double staleness = INFINITY;
   // Exchanges we may have started and not finished, each with another peer. More than one
   // keeps mixing going when round trips take several steps (peers sharing cores); the overlap
   // rule keeps every exchange conserving the sum however they interleave. At most 2: with two
@@ -67,6 +76,8 @@ struct GossipStats {
   std::uint64_t busy = 0;             // of which the peer was busy
   std::uint64_t rejected = 0;         // bad input refused
   std::uint64_t late_replies = 0;     // replies after their deadline (ignored)
+  std::uint64_t stale = 0;            // exchanges refused because the clocks were too far apart
+  std::uint64_t payload_bytes_sent = 0;  // encoded parameter bytes sent (by `codec`)
   double last_distance = 0;           // relative model distance at the last exchange
 };
 
@@ -81,7 +92,15 @@ class Gossip {
   void on_message(const PeerId& from, const Message& msg);
   void on_timer(std::uint64_t id);
   void on_send_failed(const PeerId& peer, const std::string& reason);
+  // Not training (waiting on the staleness bound, or settling after training): start an
+  // exchange if a slot is free, whatever H says, and probe the slowest members so their
+  // clocks reach us.
+  void on_idle();
 
+  // Staleness: may the next step start? slowest_clock(): smallest clock of the other alive
+  // members we know of (our own clock when we know of none).
+  bool may_step() const;
+  std::uint64_t slowest_clock() const;
   const View& view() const { return view_; }
   const GossipStats& stats() const { return stats_; }
   bool joined() const { return joined_; }
@@ -92,9 +111,11 @@ class Gossip {
   struct Outstanding {
     std::uint64_t id;
     PeerId peer;
-    std::shared_ptr<const Bytes> snapshot;  // x_s as sent
+    std::shared_ptr<const Bytes> payload;   // x_s as encoded and sent
+    std::vector<float> decoded;             // x̂_s = decode(payload); empty for codec none
     double weight;
     double started;
+    std::span<const float> snapshot() const { return decoded.empty() ? as_floats(*payload) : std::span<const float>(decoded); }
   };
   enum TimerKind : std::uint64_t { kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3 };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
@@ -102,6 +123,8 @@ class Gossip {
   void start_exchange();
   // Gives up exchange `it` (nothing mixed on our side).
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
+  // A failed exchange or probe: skip the peer for a while, suspect it after several in a row.
+  void note_failure(const PeerId& peer);
   // Index in out_ of the exchange with `peer` (and id, if given), or npos.
   std::size_t find_out(const PeerId& peer, std::optional<std::uint64_t> id = std::nullopt) const;
   void on_exchange_request(const PeerId& from, const Message& msg);
@@ -109,6 +132,12 @@ class Gossip {
   void on_busy(const PeerId& from, const Message& msg);
   void on_join_request(const PeerId& from, const Message& msg);
   void on_join_reply(const PeerId& from, const Message& msg);
+  void on_ping(const PeerId& from, const Message& msg);
+  // Encodes our live parameters with the codec: the payload, and what the receiver will decode.
+  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded) const;
+  // Decodes a payload; returns the problem, or empty.
+  std::string decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
+                             std::span<const float>& out) const;
   void send_join_requests();
   void reject(const PeerId& from, const std::string& reason);
   // Merges a piggybacked view; handles news about ourselves (refutation).
@@ -130,6 +159,8 @@ class Gossip {
   std::uint64_t steps_since_exchange_ = 0;
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
+  std::uint64_t ping_seq_ = 0;
+  std::vector<float> scratch_in_;  // decoded incoming payload (reused)
   std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers
   GossipStats stats_;
 };

@@ -1,4 +1,6 @@
 // Gossip: the push-pull exchange handlers (request, reply, busy). See gossip.hpp, steps 2-4.
+#include <cmath>
+
 #include "core/gossip.hpp"
 #include "core/mix.hpp"
 #include "core/serial.hpp"
@@ -7,21 +9,30 @@ namespace rumor {
 
 namespace {
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
-// Checks an exchange payload; returns the reason it is unusable, or empty.
-std::string payload_problem(const Message& msg, const ExchangeMsg& h, std::size_t ours,
-                            std::span<const float>& out) {
-  if (h.param_count != ours)
-    return "model has " + std::to_string(h.param_count) + " parameters, ours " + std::to_string(ours);
+}  // namespace
+
+std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
+                                   std::span<const float>& out) const {
+  if (h.param_count != params_.size())
+    return "model has " + std::to_string(h.param_count) + " parameters, ours " + std::to_string(params_.size());
+  if (h.codec != cfg_.codec)
+    return std::string("payload codec ") + codec_name(h.codec) + ", this swarm uses " + codec_name(cfg_.codec);
+  if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
+  if (!msg.payload) return "exchange without parameters";
   try {
-    out = payload_floats(msg, h.param_count);
+    if (h.codec == PayloadCodec::None) {
+      out = payload_floats(msg, h.param_count);
+    } else {
+      scratch.resize(params_.size());
+      decode_dense(h.codec, *msg.payload, scratch);
+      out = scratch;
+    }
   } catch (const DecodeError& e) {
     return e.what();
   }
   if (!all_finite(out)) return "non-finite parameters (NaN or Inf) in the payload";
-  if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
   return {};
 }
-}  // namespace
 
 void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   ExchangeMsg h;
@@ -31,25 +42,36 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     return reject(from, e.what());
   }
   std::span<const float> theirs;
-  if (auto p = payload_problem(msg, h, params_.size(), theirs); !p.empty()) return reject(from, p);
+  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) return reject(from, p);
   merge_view(h.view);
   heard_from(from);
   // Crossing exchanges between the same pair: the smaller id's request wins.
   if (find_out(from) != npos && view_.self().id < from) {
-    ExchangeBusyMsg b{h.exchange_id, "crossing exchange: answer mine instead", digest()};
-    env_.send(from, make_message(b));
+    env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, "crossing exchange: answer mine instead", digest()}));
+    return;
+  }
+  // Bounded staleness: models whose clocks are too far apart are not mixed, in either direction.
+  const double gap = std::abs(static_cast<double>(h.clock) - static_cast<double>(clock_));
+  if (gap > cfg_.staleness) {
+    ++stats_.stale;
+    env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, "stale: clocks " + std::to_string(h.clock) + " and " +
+                                                                    std::to_string(clock_) + " differ by more than the staleness bound",
+                                                 digest()}));
     return;
   }
   const double a = h.weight, b = my_weight();
-  auto mine = encode_params(params_);  // y_s: the live parameters, stable between steps
+  std::vector<float> mine_decoded;
+  auto mine = encode_snapshot(mine_decoded);  // y_s: the live parameters, stable between steps
   ExchangeMsg r;
   r.exchange_id = h.exchange_id;
   r.clock = clock_;
   r.weight = b;
+  r.codec = cfg_.codec;
   r.param_count = params_.size();
   r.view = digest();
+  stats_.payload_bytes_sent += mine->size();
   env_.send(from, make_message(MsgType::ExchangeReply, r, mine));
-  const std::span<const float> ys(reinterpret_cast<const float*>(mine->data()), params_.size());
+  const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
   stats_.last_distance = relative_distance(ys, theirs);
   mix_into(params_, theirs, ys, a / (a + b));
   ++stats_.answered;
@@ -67,7 +89,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     return reject(from, e.what());
   }
   std::span<const float> theirs;
-  if (auto p = payload_problem(msg, h, params_.size(), theirs); !p.empty()) {
+  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) {
     if (auto i = find_out(from, h.exchange_id); i != npos) out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
     ++stats_.failed;
     return reject(from, p);
@@ -81,7 +103,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
   }
   const Outstanding o = std::move(out_[i]);
   out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
-  const std::span<const float> xs(reinterpret_cast<const float*>(o.snapshot->data()), params_.size());
+  const std::span<const float> xs = o.snapshot();
   const double a = o.weight, b = h.weight;
   stats_.last_distance = relative_distance(xs, theirs);
   mix_into(params_, theirs, xs, b / (a + b));
@@ -102,7 +124,10 @@ void Gossip::on_busy(const PeerId& from, const Message& msg) {
   }
   merge_view(h.view);
   heard_from(from);
-  if (auto i = find_out(from, h.exchange_id); i != npos) fail_exchange(i, "busy: " + h.reason, true);
+  if (auto i = find_out(from, h.exchange_id); i != npos) {
+    if (h.reason.rfind("stale", 0) == 0) ++stats_.stale;
+    fail_exchange(i, "busy: " + h.reason, true);
+  }
 }
 
 void Gossip::heard_from(const PeerId& peer) {

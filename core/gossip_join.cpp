@@ -40,6 +40,18 @@ void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
   }
 }
 
+void Gossip::on_ping(const PeerId& from, const Message& msg) {
+  PingMsg p;
+  try {
+    p = decode_ping(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  merge_view(p.view);
+  heard_from(from);
+  if (msg.type == MsgType::Ping) env_.send(from, make_message(MsgType::Ack, PingMsg{p.seq, digest()}));
+}
+
 void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
   const double now = env_.now();
   for (const MemberDigest& d : digests) {

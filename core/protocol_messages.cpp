@@ -14,6 +14,7 @@ Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const B
   return {type, encode_struct(m), std::move(payload)};
 }
 Message make_message(const ExchangeBusyMsg& m) { return {MsgType::ExchangeBusy, encode_struct(m), nullptr}; }
+Message make_message(MsgType type, const PingMsg& m) { return {type, encode_struct(m), nullptr}; }
 
 namespace {
 void check_view(const std::vector<MemberDigest>& v, const char* what) {
@@ -36,7 +37,8 @@ JoinReplyMsg decode_join_reply(const Message& m) {
 }
 ExchangeMsg decode_exchange(const Message& m) {
   auto r = decode_struct<ExchangeMsg>(m.header, msg_type_name(m.type));
-  if (r.codec != PayloadCodec::None) throw DecodeError("unknown payload codec " + std::to_string(int(r.codec)));
+  if (static_cast<std::uint8_t>(r.codec) > static_cast<std::uint8_t>(PayloadCodec::TopK))
+    throw DecodeError("unknown payload codec " + std::to_string(int(r.codec)));
   check_view(r.view, msg_type_name(m.type));
   return r;
 }
@@ -44,6 +46,17 @@ ExchangeBusyMsg decode_busy(const Message& m) {
   auto r = decode_struct<ExchangeBusyMsg>(m.header, "ExchangeBusy");
   check_view(r.view, "ExchangeBusy");
   return r;
+}
+
+PingMsg decode_ping(const Message& m) {
+  auto r = decode_struct<PingMsg>(m.header, msg_type_name(m.type));
+  check_view(r.view, msg_type_name(m.type));
+  return r;
+}
+
+std::span<const float> as_floats(const Bytes& b) {
+  // operator new aligns to at least 16 bytes, so a byte buffer can be read as floats.
+  return {reinterpret_cast<const float*>(b.data()), b.size() / sizeof(float)};
 }
 
 std::shared_ptr<const Bytes> encode_params(std::span<const float> params) {
@@ -57,8 +70,7 @@ std::span<const float> payload_floats(const Message& m, std::uint64_t param_coun
   if (!m.payload || m.payload->size() != want)
     throw DecodeError("payload of " + std::to_string(m.payload_size()) + " bytes, expected " +
                       std::to_string(want) + " (" + std::to_string(param_count) + " float32)");
-  // operator new aligns to at least 16 bytes, so the byte buffer can be read as floats.
-  return {reinterpret_cast<const float*>(m.payload->data()), static_cast<std::size_t>(param_count)};
+  return as_floats(*m.payload);
 }
 
 }  // namespace rumor

@@ -5,13 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "core/codec.hpp"
 #include "core/message.hpp"
 #include "core/view.hpp"
 
 namespace rumor {
 
-// Payload encodings. None: param_count little-endian float32.
-enum class PayloadCodec : std::uint8_t { None = 0 };
 
 struct JoinRequestMsg {
   MemberDigest self;
@@ -35,6 +34,13 @@ struct ExchangeMsg {
   template <class A> void serialize(A& ar) { ar(exchange_id, clock, weight, codec, param_count, view); }
 };
 
+// SWIM-style probe and its answer; both carry a view digest (and so everyone's clock).
+struct PingMsg {
+  std::uint64_t seq = 0;
+  std::vector<MemberDigest> view;
+  template <class A> void serialize(A& ar) { ar(seq, view); }
+};
+
 struct ExchangeBusyMsg {
   std::uint64_t exchange_id = 0;
   std::string reason;
@@ -46,16 +52,19 @@ Message make_message(const JoinRequestMsg& m);
 Message make_message(const JoinReplyMsg& m);
 Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const Bytes> payload);
 Message make_message(const ExchangeBusyMsg& m);
+Message make_message(MsgType type, const PingMsg& m);  // Ping or Ack
 
 // Throw DecodeError (core/serial.hpp) with the message name on malformed input.
 JoinRequestMsg decode_join_request(const Message& m);
 JoinReplyMsg decode_join_reply(const Message& m);
 ExchangeMsg decode_exchange(const Message& m);
 ExchangeBusyMsg decode_busy(const Message& m);
+PingMsg decode_ping(const Message& m);
 
 // Parameters as a payload (codec None) and back.
 std::shared_ptr<const Bytes> encode_params(std::span<const float> params);
-// Views the payload as floats; throws DecodeError if the size is not param_count * 4.
+// Views a codec-None payload as floats; throws DecodeError if the size is not param_count * 4.
 std::span<const float> payload_floats(const Message& m, std::uint64_t param_count);
+std::span<const float> as_floats(const Bytes& b);
 
 }  // namespace rumor

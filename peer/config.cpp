@@ -80,9 +80,19 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
 
+  std::string staleness = "inf";
+  app.add_option("--staleness", staleness,
+                 "Bounded staleness TAU: never start a step more than TAU steps ahead of the slowest live peer, "
+                 "never mix a model more than TAU steps apart; 0 = lockstep, inf = fully asynchronous")
+      ->group(g_net)->capture_default_str();
+  app.add_option("--codec", c.codec, "Parameter encoding on the wire: none, fp16, int8")
+      ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8"}))->capture_default_str();
+
   auto* g_dev = "Compute";
   app.add_option("--device", c.device, "Where the math runs: cpu")->group(g_dev)->capture_default_str();
   app.add_option("--threads", c.threads, "Math threads")->group(g_dev)->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--throttle", c.throttle, "Run F times slower (emulates a slower machine on one box)")
+      ->group(g_dev)->check(CLI::Range(1.0, 1000.0))->capture_default_str();
 
   auto* g_misc = "Output";
   app.add_option("--seed", c.seed, "Seed of every random choice (init, shards, batches)")
@@ -110,6 +120,19 @@ ParseResult parse_command_line(int argc, char** argv) {
     if (!app.count("--epochs")) c.epochs = 0;  // explicit step/time budgets replace the default
   }
   try {
+    if (staleness == "inf" || staleness == "infinity") {
+      c.staleness = INFINITY;
+    } else {
+      std::size_t pos = 0;
+      double v = -1;
+      try {
+        v = std::stod(staleness, &pos);
+      } catch (...) {
+      }
+      if (pos != staleness.size() || !(v >= 0) || !std::isfinite(v) || v != std::floor(v))
+        throw std::invalid_argument("bad --staleness '" + staleness + "': expected a whole number of steps >= 0, or inf");
+      c.staleness = v;
+    }
     parse_host_port(c.listen, "--listen", true);
     for (const auto& j : c.join) parse_host_port(j, "--join", false);
   } catch (const std::invalid_argument& e) {

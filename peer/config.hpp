@@ -1,6 +1,7 @@
 // Everything a peer is told, parsed once from the command line and an optional config file
 // (CLI11, peer/config.cpp) and passed down. See README.md for the flags and their defaults.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct Config {
   double exchange_timeout_s = 5.0;
   double suspect_timeout_s = 5.0;
   double settle_s = 1.0;             // after training: keep averaging (no training) this long
+  double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
+  std::string codec = "none";
+  double throttle = 1.0;             // run this many times slower
   // Where the math runs
   std::string device = "cpu";
   int threads = 1;

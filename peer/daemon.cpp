@@ -92,6 +92,8 @@ class DaemonEnv final : public Env {
   Clock::time_point start_ = Clock::now();
 };
 
+std::string bounded_str(double tau) { return std::isfinite(tau) ? std::to_string(static_cast<long long>(tau)) : "inf"; }
+
 void save_params(const std::string& path, std::span<const float> p) {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -163,6 +165,9 @@ int Daemon::run() {
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 5) != 0)
     log_->debug("could not lower the compute thread's priority");
   log_->info("listening on {}{}", self_id, cfg_.join.empty() ? " (new swarm)" : "");
+  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.local_steps, cfg_.codec,
+             bounded_str(cfg_.staleness), cfg_.mix_weight,
+             cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());
 
   DaemonEnv env(transport, inbox, metrics, *log_, cfg_.seed ^ hash_id(self_id));
   GossipConfig gc;
@@ -170,6 +175,8 @@ int Daemon::run() {
   gc.mix_weight = cfg_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
   gc.exchange_timeout_s = cfg_.exchange_timeout_s;
   gc.suspect_timeout_s = cfg_.suspect_timeout_s;
+  gc.staleness = cfg_.staleness;
+  gc.codec = parse_codec(cfg_.codec);
   // Incarnation from the wall clock, so a peer restarted on the same address outranks its
   // earlier life in every view.
   const auto incarnation = static_cast<std::uint64_t>(
@@ -199,6 +206,10 @@ int Daemon::run() {
   double interval_seconds = 0;  // since the last evaluation
   std::uint64_t interval_samples = 0;
   EvalResult last;
+  std::uint64_t waits = 0;        // times the staleness bound held us back
+  double wait_seconds = 0;
+  std::int64_t max_gap = 0;       // largest clock - slowest seen at a step start since the last eval
+  const bool bounded = std::isfinite(cfg_.staleness);
   auto exchanges = [&] { return gossip.stats().exchanges + gossip.stats().answered; };
   auto evaluate = [&](const char* why) {
     last = trainer.evaluate(task.test);
@@ -219,9 +230,16 @@ int Daemon::run() {
                            {"exchanges_failed", gossip.stats().failed},
                            {"rejected", gossip.stats().rejected + transport_rejected},
                            {"consensus_distance", gossip.stats().last_distance},
-                           {"peers", peers}});
+                           {"peers", peers},
+                           {"codec", cfg_.codec},
+                           {"payload_bytes_sent", gossip.stats().payload_bytes_sent},
+                           {"stale", gossip.stats().stale},
+                           {"waits", waits},
+                           {"wait_s", wait_seconds},
+                           {"max_gap", max_gap}});
     interval_seconds = 0;
     interval_samples = 0;
+    max_gap = 0;
   };
   auto finished = [&] {
     if (cfg_.steps && trainer.steps() >= cfg_.steps) return true;
@@ -235,11 +253,50 @@ int Daemon::run() {
   int rc = 0;
   while (!finished() && !stop_.load(std::memory_order_relaxed)) {
     drain();
+    if (bounded && !gossip.may_step()) {
+      // The staleness bound holds: wait (handling messages, probing the slowest) until the
+      // slowest live peer catches up or leaves the view.
+      const auto t_wait = Clock::now();
+      const std::uint64_t slowest_before = gossip.slowest_clock();
+      log_->debug("waiting at clock {}: slowest live peer is at {}", trainer.steps(), slowest_before);
+      auto last_idle = Clock::now() - std::chrono::hours(1);
+      while (!gossip.may_step() && !stop_.load(std::memory_order_relaxed) && !finished()) {
+        inbox.wait_for(std::chrono::milliseconds(2));
+        drain();
+        if (seconds_since(last_idle) > 0.005) {
+          gossip.on_idle();
+          last_idle = Clock::now();
+        }
+      }
+      const double w = seconds_since(t_wait);
+      ++waits;
+      wait_seconds += w;
+      ProtocolEvent e{ProtocolEvent::Kind::Wait, {}, {}};
+      e.clock = trainer.steps();
+      e.other = slowest_before;
+      e.seconds = w;
+      env.event(e);
+      if (stop_.load() || finished()) break;
+    }
+    if (bounded) {
+      const auto gap = static_cast<std::int64_t>(trainer.steps()) - static_cast<std::int64_t>(gossip.slowest_clock());
+      max_gap = std::max(max_gap, gap);
+      metrics.write("step", {{"clock", trainer.steps()}, {"slowest", gossip.slowest_clock()}, {"gap", gap},
+                             {"peers", gossip.view().live_count() + 1}});
+    }
     const auto t0 = Clock::now();
     const double loss = trainer.compute_gradient();
     drain();  // answer exchanges that arrived during forward/backward without waiting a step
     trainer.apply_gradient();
-    const double dt = seconds_since(t0);
+    double dt = seconds_since(t0);
+    if (cfg_.throttle > 1.0) {  // emulate a slower machine: stretch the step, handling messages meanwhile
+      const auto until = t0 + std::chrono::duration<double>(dt * cfg_.throttle);
+      while (Clock::now() < until) {
+        inbox.wait_for(until - Clock::now());
+        drain();
+      }
+      dt = seconds_since(t0);
+    }
     train_seconds += dt;
     interval_seconds += dt;
     interval_samples += cfg_.batch;
@@ -269,7 +326,7 @@ int Daemon::run() {
     while (seconds_since(t_settle) < cfg_.settle_s && !stop_.load() && gossip.view().live_count() > 0 && close < 4) {
       inbox.wait_for(std::chrono::milliseconds(2));
       drain();
-      gossip.on_step_done(trainer.steps(), trainer.samples());  // a tick: starts exchanges when due
+      gossip.on_idle();
       if (exchanges() != seen) {
         seen = exchanges();
         close = gossip.stats().last_distance < 1e-6 ? close + 1 : 0;

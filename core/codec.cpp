@@ -1,0 +1,156 @@
+#include "core/codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/check.hpp"
+#include "core/serial.hpp"
+
+namespace rumor {
+
+const char* codec_name(PayloadCodec c) {
+  switch (c) {
+    case PayloadCodec::None: return "none";
+    case PayloadCodec::Fp16: return "fp16";
+    case PayloadCodec::Int8: return "int8";
+    case PayloadCodec::TopK: return "topk";
+  }
+  return "?";
+}
+
+PayloadCodec parse_codec(const std::string& s) {
+  if (s == "none") return PayloadCodec::None;
+  if (s == "fp16") return PayloadCodec::Fp16;
+  if (s == "int8") return PayloadCodec::Int8;
+  if (s == "topk") return PayloadCodec::TopK;
+  throw std::invalid_argument("unknown codec '" + s + "': expected none, fp16, int8 or topk");
+}
+
+std::uint16_t float_to_half(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  std::uint32_t mag = x & 0x7FFFFFFFu;
+  if (mag >= 0x7F800000u) return static_cast<std::uint16_t>(sign | (mag > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  if (mag >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7BFFu);  // clamp to 65504
+  if (mag < 0x38800000u) {                                                     // subnormal half
+    if (mag < 0x33000000u) return static_cast<std::uint16_t>(sign);            // rounds to 0
+    const std::uint32_t e = mag >> 23;
+    const std::uint32_t m = (mag & 0x7FFFFFu) | 0x800000u;
+    const std::uint32_t shift = 126 - e;  // 14 + (113 - e)... so that value = m >> shift
+    std::uint32_t h = m >> shift;
+    const std::uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  // Normal: rebias exponent 127 -> 15, round the mantissa 23 -> 10 bits to nearest even.
+  std::uint32_t h = ((mag - 0x38000000u) >> 13);
+  const std::uint32_t rem = mag & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FFu;
+  std::uint32_t x;
+  if (e == 0) {
+    if (m == 0) {
+      x = sign;
+    } else {  // subnormal: value = m * 2^-24
+      float f = static_cast<float>(m) * 0x1.0p-24f;
+      std::memcpy(&x, &f, 4);
+      x |= sign;
+    }
+  } else if (e == 31) {
+    x = sign | 0x7F800000u | (m << 13);
+  } else {
+    x = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+std::size_t encoded_size(PayloadCodec c, std::size_t n) {
+  switch (c) {
+    case PayloadCodec::None: return 4 * n;
+    case PayloadCodec::Fp16: return 2 * n;
+    case PayloadCodec::Int8: return n + 4 * ((n + kInt8Block - 1) / kInt8Block);
+    case PayloadCodec::TopK: break;
+  }
+  RUMOR_CHECK(false, "encoded_size: not a stateless codec");
+  return 0;
+}
+
+Bytes encode_dense(PayloadCodec c, std::span<const float> x) {
+  const std::size_t n = x.size();
+  Bytes b(encoded_size(c, n));
+  switch (c) {
+    case PayloadCodec::None:
+      std::memcpy(b.data(), x.data(), 4 * n);
+      break;
+    case PayloadCodec::Fp16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t h = float_to_half(x[i]);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+      break;
+    case PayloadCodec::Int8: {
+      const std::size_t blocks = (n + kInt8Block - 1) / kInt8Block;
+      auto* q = reinterpret_cast<std::int8_t*>(b.data() + 4 * blocks);
+      for (std::size_t k = 0; k < blocks; ++k) {
+        const std::size_t lo = k * kInt8Block, hi = std::min(n, lo + kInt8Block);
+        float mx = 0;
+        for (std::size_t i = lo; i < hi; ++i) mx = std::max(mx, std::abs(x[i]));
+        const float scale = mx > 0 ? mx / 127.0f : 0.0f;
+        std::memcpy(b.data() + 4 * k, &scale, 4);
+        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        for (std::size_t i = lo; i < hi; ++i) {
+          const float r = std::nearbyint(x[i] * inv);
+          q[i] = static_cast<std::int8_t>(std::clamp(r, -127.0f, 127.0f));
+        }
+      }
+      break;
+    }
+    case PayloadCodec::TopK:
+      RUMOR_CHECK(false, "encode_dense: topk is stateful");
+  }
+  return b;
+}
+
+void decode_dense(PayloadCodec c, std::span<const std::uint8_t> b, std::span<float> out) {
+  const std::size_t n = out.size();
+  if (b.size() != encoded_size(c, n))
+    throw DecodeError(std::string(codec_name(c)) + " payload of " + std::to_string(b.size()) + " bytes, expected " +
+                      std::to_string(encoded_size(c, n)) + " for " + std::to_string(n) + " parameters");
+  switch (c) {
+    case PayloadCodec::None:
+      std::memcpy(out.data(), b.data(), 4 * n);
+      break;
+    case PayloadCodec::Fp16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, b.data() + 2 * i, 2);
+        out[i] = half_to_float(h);
+      }
+      break;
+    case PayloadCodec::Int8: {
+      const std::size_t blocks = (n + kInt8Block - 1) / kInt8Block;
+      const auto* q = reinterpret_cast<const std::int8_t*>(b.data() + 4 * blocks);
+      for (std::size_t k = 0; k < blocks; ++k) {
+        float scale;
+        std::memcpy(&scale, b.data() + 4 * k, 4);
+        const std::size_t lo = k * kInt8Block, hi = std::min(n, lo + kInt8Block);
+        for (std::size_t i = lo; i < hi; ++i) out[i] = scale * static_cast<float>(q[i]);
+      }
+      break;
+    }
+    case PayloadCodec::TopK:
+      RUMOR_CHECK(false, "decode_dense: topk is stateful");
+  }
+}
+
+}  // namespace rumor

@@ -1,0 +1,43 @@
+// Parameter encodings for the wire (`--codec`). Each exchange sends one encoded snapshot each
+// way, and *both* sides mix the decoded values (x̂, ŷ), never the exact ones: the initiator
+// applies x += w (ŷ - x̂) and the responder y += w' (x̂ - ŷ), so every exchange still conserves
+// the weighted sum exactly, and what quantisation dropped stays in each peer's own live
+// parameters instead of being lost (it is sent the next time the difference shows).
+//
+// Stateless codecs:
+//   none  float32 as is                                  4 bytes per value
+//   fp16  IEEE 754 half, round to nearest even, clamped  2 bytes per value (|err| <= 2^-11 |v|)
+//   int8  blocks of 256 values: one float32 scale        ~1.016 bytes per value
+//         (max |v| / 127) then round(v / scale) as int8   (|err| <= scale / 2 per block)
+// The sparse codec (top-k of the change since the last exchange with that neighbour, CHOCO-SGD
+// style) is stateful per pair: see core/sparse.hpp.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/message.hpp"
+
+namespace rumor {
+
+enum class PayloadCodec : std::uint8_t { None = 0, Fp16 = 1, Int8 = 2, TopK = 3 };
+
+const char* codec_name(PayloadCodec c);
+// "none", "fp16", "int8", "topk" -> codec; throws std::invalid_argument listing them.
+PayloadCodec parse_codec(const std::string& s);
+
+constexpr std::size_t kInt8Block = 256;
+
+// Encoded size of n values (stateless codecs).
+std::size_t encoded_size(PayloadCodec c, std::size_t n);
+// Encodes `x` (stateless codecs only).
+Bytes encode_dense(PayloadCodec c, std::span<const float> x);
+// Decodes into `out` (size n). Throws DecodeError (core/serial.hpp) if the byte count is
+// wrong for n values; a non-finite int8 scale is caught by the caller's finiteness check.
+void decode_dense(PayloadCodec c, std::span<const std::uint8_t> bytes, std::span<float> out);
+
+std::uint16_t float_to_half(float f);
+float half_to_float(std::uint16_t h);
+
+}  // namespace rumor
