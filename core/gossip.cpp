@@ -34,7 +34,7 @@ Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string finger
   RUMOR_CHECK(cfg_.exchange_timeout_s > 0);
   RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
   RUMOR_CHECK(cfg_.staleness >= 0);
-  RUMOR_CHECK(cfg_.codec != PayloadCodec::TopK, "topk needs the per-neighbour state of core/sparse.hpp");
+  RUMOR_CHECK(cfg_.topk_fraction > 0 && cfg_.topk_fraction <= 1);
 }
 
 ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason) const {
@@ -82,7 +82,10 @@ void Gossip::start_exchange() {
   if (candidates.empty()) return;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now};
-  o.payload = encode_snapshot(o.decoded);
+  if (cfg_.codec == PayloadCodec::TopK)
+    o.payload = sparse_request(o.sparse_idx);
+  else
+    o.payload = encode_snapshot(o.decoded);
   ExchangeMsg h;
   h.exchange_id = o.id;
   h.clock = clock_;

@@ -25,6 +25,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,6 +52,8 @@ struct GossipConfig {
   // `staleness` is refused (ExchangeBusy "stale"), so a model that far behind is never mixed.
   // 0 = lockstep; infinity (the default) = fully asynchronous.
   double staleness = INFINITY;
+  // topk codec (core/sparse.hpp): the fraction of the coordinates averaged per exchange.
+  double topk_fraction = 0.01;
   // Exchanges we may have started and not finished, each with another peer. More than one
   // keeps mixing going when round trips take several steps (peers sharing cores); the overlap
   // rule keeps every exchange conserving the sum however they interleave. At most 2: with two
@@ -115,6 +118,7 @@ class Gossip {
     std::vector<float> decoded;             // x̂_s = decode(payload); empty for codec none
     double weight;
     double started;
+    std::vector<std::uint32_t> sparse_idx;  // topk: the coordinates S of this exchange
     std::span<const float> snapshot() const { return decoded.empty() ? as_floats(*payload) : std::span<const float>(decoded); }
   };
   enum TimerKind : std::uint64_t { kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3 };
@@ -133,6 +137,10 @@ class Gossip {
   void on_join_request(const PeerId& from, const Message& msg);
   void on_join_reply(const PeerId& from, const Message& msg);
   void on_ping(const PeerId& from, const Message& msg);
+  // topk codec (gossip_sparse.cpp).
+  std::shared_ptr<const Bytes> sparse_request(std::vector<std::uint32_t>& idx);
+  void sparse_respond(const PeerId& from, const Message& msg, const ExchangeMsg& h);
+  void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
   // Encodes our live parameters with the codec: the payload, and what the receiver will decode.
   std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded) const;
   // Decodes a payload; returns the problem, or empty.
@@ -161,6 +169,8 @@ class Gossip {
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;
   std::vector<float> scratch_in_;  // decoded incoming payload (reused)
+  std::vector<float> sparse_ref_;    // topk: each coordinate's value when it was last averaged
+  std::uint64_t sparse_cursor_ = 0;  // topk: round-robin sweep position
   std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers
   GossipStats stats_;
 };

@@ -4,6 +4,7 @@
 #include "core/gossip.hpp"
 #include "core/mix.hpp"
 #include "core/serial.hpp"
+#include "core/sparse.hpp"
 
 namespace rumor {
 
@@ -20,6 +21,10 @@ std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std
   if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
   if (!msg.payload) return "exchange without parameters";
   try {
+    if (h.codec == PayloadCodec::TopK) {
+      out = {};  // sparse: decoded and validated by gossip_sparse.cpp
+      return {};
+    }
     if (h.codec == PayloadCodec::None) {
       out = payload_floats(msg, h.param_count);
     } else {
@@ -59,6 +64,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
                                                  digest()}));
     return;
   }
+  if (cfg_.codec == PayloadCodec::TopK) return sparse_respond(from, msg, h);
   const double a = h.weight, b = my_weight();
   std::vector<float> mine_decoded;
   auto mine = encode_snapshot(mine_decoded);  // y_s: the live parameters, stable between steps
@@ -101,8 +107,9 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     ++stats_.late_replies;  // its deadline passed: our side mixes nothing
     return;
   }
-  const Outstanding o = std::move(out_[i]);
+  Outstanding o = std::move(out_[i]);
   out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+  if (cfg_.codec == PayloadCodec::TopK) return sparse_finish(from, msg, h, std::move(o));
   const std::span<const float> xs = o.snapshot();
   const double a = o.weight, b = h.weight;
   stats_.last_distance = relative_distance(xs, theirs);

@@ -85,8 +85,8 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "Bounded staleness TAU: never start a step more than TAU steps ahead of the slowest live peer, "
                  "never mix a model more than TAU steps apart; 0 = lockstep, inf = fully asynchronous")
       ->group(g_net)->capture_default_str();
-  app.add_option("--codec", c.codec, "Parameter encoding on the wire: none, fp16, int8")
-      ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8"}))->capture_default_str();
+  app.add_option("--codec", c.codec, "Parameter encoding on the wire: none, fp16, int8, or topk (sparse residuals with error feedback, docs/ARCHITECTURE.md)")
+      ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8", "topk"}))->capture_default_str();
 
   auto* g_dev = "Compute";
   app.add_option("--device", c.device, "Where the math runs: cpu")->group(g_dev)->capture_default_str();
