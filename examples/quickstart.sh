@@ -25,7 +25,7 @@ trap cleanup EXIT INT TERM
 
 echo "== starting $peers peers on 127.0.0.1 (logs and metrics in $out)"
 # Peer 1 starts the swarm on a free port; the others join through it.
-"$bin" --listen 127.0.0.1:0 --shard "1/$peers" --epochs "$epochs" --name p1 \
+"$bin" --listen 127.0.0.1:0 --shard "1/$peers" --epochs "$epochs" --name p1 --min-peers "$peers" \
   --metrics "$out/p1.jsonl" ${EXTRA:-} 2>"$out/p1.log" &
 pids+=($!)
 seed=""
@@ -38,7 +38,7 @@ done
 [ -n "$seed" ] || { echo "peer 1 did not start listening" >&2; exit 1; }
 echo "   p1 listens on $seed"
 for k in $(seq 2 "$peers"); do
-  "$bin" --listen 127.0.0.1:0 --join "$seed" --shard "$k/$peers" --epochs "$epochs" --name "p$k" \
+  "$bin" --listen 127.0.0.1:0 --join "$seed" --shard "$k/$peers" --epochs "$epochs" --name "p$k" --min-peers "$peers" \
     --metrics "$out/p$k.jsonl" ${EXTRA:-} 2>"$out/p$k.log" &
   pids+=($!)
 done

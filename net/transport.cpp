@@ -34,6 +34,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -41,7 +42,6 @@
 #include <vector>
 
 #include "core/check.hpp"
-#include "core/serial.hpp"
 #include "net/frame.hpp"
 
 namespace rumor::net {
@@ -100,8 +100,10 @@ bool split_host_port(const std::string& id, HostPort& out) {
 // How a session ends decides whom we tell.
 enum class CloseKind {
   Rejected,    // bad input from the remote: warn, count, on_rejected
-  SendFailed,  // connect/write failure or write deadline: warn, on_send_failed
-  Quiet,       // orderly end (remote closed, idle, local disconnect): info/debug only
+  SendFailed,  // connect/write failure or write deadline
+  Quiet,       // orderly end (remote closed, idle, local disconnect)
+  // Except for Stop, any queued application messages are dropped and reported once through
+  // on_send_failed (with a warning); otherwise only an info/debug line is logged.
   Stop,        // Transport::stop(): no callbacks at all
 };
 
@@ -129,7 +131,7 @@ struct TransportCore {
   std::shared_ptr<spdlog::logger> log;
   std::shared_ptr<PayloadPool> pool;  // shared by all sessions' decoders; may be null
 
-  // Declared first so that it is destroyed last: sockets and timers refer to it.
+  // Declared before everything that holds a socket or timer, so destroyed after them.
   asio::io_context io{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{io};
@@ -365,7 +367,14 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       return;
     }
-    const auto r = decoder_.commit(n);
+    FrameDecoder::Result r;
+    try {
+      r = decoder_.commit(n);  // may allocate a payload buffer (within max_payload_bytes)
+    } catch (const std::bad_alloc&) {
+      close(CloseKind::Rejected, "out of memory for a " +
+                                     std::to_string(decoder_.frame_bytes_expected()) + "-byte frame");
+      return;
+    }
     if (r.bad()) {
       close(CloseKind::Rejected, r.reason);
       return;

@@ -44,7 +44,7 @@ struct TransportConfig {
 
 struct TransportStats {
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
-  std::uint64_t frames_sent = 0, frames_recv = 0;
+  std::uint64_t frames_sent = 0, frames_recv = 0;  // Hello frames included
   std::uint64_t rejected = 0;  // connections closed for bad input
   std::uint64_t accepted = 0;  // inbound connections accepted
   std::uint64_t dialed = 0;    // outbound connection attempts

@@ -80,6 +80,11 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
 
+  app.add_option("--min-peers", c.min_peers,
+                 "Start training only when this many peers (this one included) are in the view")
+      ->group(g_net)->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--min-peers-timeout", c.min_peers_timeout_s, "Train anyway after waiting this long for --min-peers")
+      ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   std::string staleness = "inf";
   app.add_option("--staleness", staleness,
                  "Bounded staleness TAU: never start a step more than TAU steps ahead of the slowest live peer, "

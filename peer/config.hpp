@@ -33,7 +33,9 @@ struct Config {
   std::string mix_weight = "uniform";
   double exchange_timeout_s = 5.0;
   double suspect_timeout_s = 5.0;
-  double settle_s = 1.0;             // after training: keep averaging (no training) this long
+  std::size_t min_peers = 1;         // wait for this many members (self included) before training
+  double min_peers_timeout_s = 120;  // then train anyway
+  double settle_s = 3.0;             // after training: keep averaging (no training) up to this long
   double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
   std::string codec = "none";
   double throttle = 1.0;             // run this many times slower

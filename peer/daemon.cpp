@@ -201,6 +201,21 @@ int Daemon::run() {
     }
   };
 
+  if (cfg_.min_peers > 1) {
+    const auto t_wait = Clock::now();
+    log_->info("waiting for {} peers before training (up to {:.0f} s)", cfg_.min_peers, cfg_.min_peers_timeout_s);
+    while (gossip.view().live_count() + 1 < cfg_.min_peers && !stop_.load() &&
+           seconds_since(t_wait) < cfg_.min_peers_timeout_s) {
+      inbox.wait_for(std::chrono::milliseconds(5));
+      drain();
+    }
+    if (gossip.view().live_count() + 1 < cfg_.min_peers)
+      log_->warn("only {} of {} peers after {:.0f} s: training anyway", gossip.view().live_count() + 1, cfg_.min_peers,
+                 seconds_since(t_wait));
+    else
+      log_->info("{} peers in view after {:.1f} s: training", gossip.view().live_count() + 1, seconds_since(t_wait));
+  }
+
   const auto t_start = Clock::now();
   double train_seconds = 0;     // time spent in steps, for samples/s
   double interval_seconds = 0;  // since the last evaluation
@@ -317,13 +332,16 @@ int Daemon::run() {
   if (stop_.load()) log_->info("stop requested: finishing at step {}", trainer.steps());
   drain();
   // Settle: no more training, but keep exchanging (and answering) for a moment, so each peer
-  // leaves with close to the swarm's average model rather than its own last local steps.
+  // leaves with close to the swarm's average model rather than its own last local steps. It
+  // lasts while peers in the view are still behind our clock (still training) or the models
+  // still differ, and at most --settle seconds.
   if (rc == 0 && !stop_.load() && cfg_.settle_s > 0 && gossip.view().live_count() > 0) {
     const auto t_settle = Clock::now();
     const std::uint64_t before = exchanges();
-    int close = 0;  // consecutive exchanges with (numerically) the same model: settled
+    int close = 0;  // consecutive exchanges with (numerically) the same model
     std::uint64_t seen = before;
-    while (seconds_since(t_settle) < cfg_.settle_s && !stop_.load() && gossip.view().live_count() > 0 && close < 4) {
+    auto settled = [&] { return close >= 4 && gossip.slowest_clock() >= trainer.steps(); };
+    while (seconds_since(t_settle) < cfg_.settle_s && !stop_.load() && gossip.view().live_count() > 0 && !settled()) {
       inbox.wait_for(std::chrono::milliseconds(2));
       drain();
       gossip.on_idle();

@@ -66,8 +66,8 @@ TEST_CASE("swarm: 4 peers on Fashion-MNIST shards reach 0.85 test accuracy in 2 
   std::vector<std::unique_ptr<Process>> peers;
   std::string seed_addr;
   for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--epochs", "2", "--metrics",
-                               (d / ("m" + std::to_string(i))).string()};
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--epochs", "2", "--min-peers", "4",
+                               "--metrics", (d / ("m" + std::to_string(i))).string()};
     if (i) a.insert(a.end(), {"--join", seed_addr});
     peers.push_back(std::make_unique<Process>(a, d / ("log" + std::to_string(i))));
     if (i == 0) {
