@@ -94,6 +94,7 @@ void Gossip::start_exchange() {
   h.param_count = params_.size();
   h.view = digest();
   stats_.payload_bytes_sent += o.payload->size();
+  ++stats_.payloads_sent;
   env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));

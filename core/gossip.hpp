@@ -81,6 +81,7 @@ struct GossipStats {
   std::uint64_t late_replies = 0;     // replies after their deadline (ignored)
   std::uint64_t stale = 0;            // exchanges refused because the clocks were too far apart
   std::uint64_t payload_bytes_sent = 0;  // encoded parameter bytes sent (by `codec`)
+  std::uint64_t payloads_sent = 0;       // parameter payloads sent (requests and replies)
   double last_distance = 0;           // relative model distance at the last exchange
 };
 

@@ -76,6 +76,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   r.param_count = params_.size();
   r.view = digest();
   stats_.payload_bytes_sent += mine->size();
+  ++stats_.payloads_sent;
   env_.send(from, make_message(MsgType::ExchangeReply, r, mine));
   const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
   stats_.last_distance = relative_distance(ys, theirs);

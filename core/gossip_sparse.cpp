@@ -30,6 +30,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
   r.view = digest();
   auto reply = std::make_shared<Bytes>(encode_sparse_reply(sel.indices, params_));
   stats_.payload_bytes_sent += reply->size();
+  ++stats_.payloads_sent;
   env_.send(from, make_message(MsgType::ExchangeReply, r, reply));
   if (sparse_ref_.size() != params_.size()) sparse_ref_.assign(params_.size(), 0.0f);
   const float w = static_cast<float>(a / (a + b));

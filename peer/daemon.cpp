@@ -248,6 +248,7 @@ int Daemon::run() {
                            {"peers", peers},
                            {"codec", cfg_.codec},
                            {"payload_bytes_sent", gossip.stats().payload_bytes_sent},
+                           {"payloads_sent", gossip.stats().payloads_sent},
                            {"stale", gossip.stats().stale},
                            {"waits", waits},
                            {"wait_s", wait_seconds},
@@ -293,9 +294,9 @@ int Daemon::run() {
       env.event(e);
       if (stop_.load() || finished()) break;
     }
+    const auto gap = static_cast<std::int64_t>(trainer.steps()) - static_cast<std::int64_t>(gossip.slowest_clock());
+    max_gap = std::max(max_gap, gap);
     if (bounded) {
-      const auto gap = static_cast<std::int64_t>(trainer.steps()) - static_cast<std::int64_t>(gossip.slowest_clock());
-      max_gap = std::max(max_gap, gap);
       metrics.write("step", {{"clock", trainer.steps()}, {"slowest", gossip.slowest_clock()}, {"gap", gap},
                              {"peers", gossip.view().live_count() + 1}});
     }

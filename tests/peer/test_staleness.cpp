@@ -1,0 +1,130 @@
+// Bounded staleness, local SGD and codecs on real peers over loopback (bounded in time).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "swarm.hpp"
+
+using namespace rumor::test;
+
+namespace {
+
+// Four Fashion-MNIST peers for `steps` steps; peer 0 runs 5x slower.
+std::vector<std::vector<std::string>> throttled(const std::string& tau, int steps) {
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--steps", std::to_string(steps), "--staleness", tau,
+                               "--min-peers", "4", "--settle", "0", "--exchange-timeout", "2", "--suspect-timeout", "1"};
+    if (i == 0) a.insert(a.end(), {"--throttle", "5"});
+    f.push_back(a);
+  }
+  return f;
+}
+
+double max_field(const std::vector<std::string>& lines, const char* key) {
+  double m = -1e300;
+  for (const auto& l : lines) m = std::max(m, field(l, key));
+  return m;
+}
+
+bool have_fmnist() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist"); }
+
+}  // namespace
+
+TEST_CASE("staleness: with TAU=2 no peer starts a step more than 2 ahead of the slowest it knows") {
+  if (!have_fmnist()) return;
+  Swarm s("tau2", throttled("2", 120));
+  REQUIRE(s.wait_all(120));
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto steps = metric_lines(s.metrics(i), "step");
+    REQUIRE(steps.size() >= 100);
+    INFO("peer " << i);
+    CHECK(max_field(steps, "gap") <= 2);
+    CHECK(field(s.done(i), "steps") == 120);
+  }
+  // The fast peers really were held back.
+  CHECK(metric_lines(s.metrics(1), "wait").size() > 10);
+}
+
+TEST_CASE("staleness: with TAU=inf the fast peers run ahead and the gap grows") {
+  if (!have_fmnist()) return;
+  Swarm s("tauinf", throttled("inf", 120));
+  REQUIRE(s.wait_all(120));
+  double gap = 0;
+  for (std::size_t i = 1; i < 4; ++i) gap = std::max(gap, max_field(metric_lines(s.metrics(i), "eval"), "max_gap"));
+  CHECK(gap > 30);
+  CHECK(metric_lines(s.metrics(1), "wait").empty());
+}
+
+TEST_CASE("staleness: with TAU=0 the peers move in lockstep") {
+  if (!have_fmnist()) return;
+  Swarm s("tau0", throttled("0", 60));
+  REQUIRE(s.wait_all(120));
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto steps = metric_lines(s.metrics(i), "step");
+    REQUIRE(!steps.empty());
+    CHECK(max_field(steps, "gap") <= 0);
+  }
+}
+
+TEST_CASE("staleness: a throttled peer killed mid-run does not freeze the others") {
+  if (!have_fmnist()) return;
+  Swarm s("tau2kill", throttled("2", 100000));
+  // The fast peers would follow the slow one forever; stop them by time instead.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  s.peers[0]->signal(SIGKILL);
+  // Within a few seconds the others must be stepping again at full speed: their clocks move.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  std::vector<double> before;
+  for (std::size_t i = 1; i < 4; ++i) before.push_back(max_field(metric_lines(s.metrics(i), "step"), "clock"));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (std::size_t i = 1; i < 4; ++i) {
+    const double after = max_field(metric_lines(s.metrics(i), "step"), "clock");
+    INFO("peer " << i << " clock " << before[i - 1] << " -> " << after);
+    CHECK(after > before[i - 1] + 100);  // ~2 s of unthrottled steps
+    s.peers[i]->signal(SIGINT);
+  }
+  for (std::size_t i = 1; i < 4; ++i) CHECK(s.peers[i]->wait(30) == 0);
+  for (std::size_t i = 1; i < 4; ++i) CHECK(!metric_lines(s.metrics(i), "dead").empty());
+}
+
+TEST_CASE("local SGD: bytes sent per epoch fall as 1/H") {
+  if (!have_fmnist()) return;
+  auto run = [](int H) {
+    std::vector<std::vector<std::string>> f;
+    for (int i = 0; i < 4; ++i)
+      f.push_back({"--shard", std::to_string(i + 1) + "/4", "--steps", "256", "--local-steps", std::to_string(H),
+                   "--min-peers", "4", "--settle", "0", "--throttle", "4"});
+    Swarm s("H" + std::to_string(H), f);
+    REQUIRE(s.wait_all(180));
+    double bytes = 0;
+    for (std::size_t i = 0; i < 4; ++i) bytes += field(s.done(i), "bytes_sent");
+    return bytes;
+  };
+  const double b1 = run(1), b4 = run(4), b16 = run(16);
+  INFO("bytes H=1 " << b1 << " H=4 " << b4 << " H=16 " << b16);
+  CHECK(b1 / b4 == doctest::Approx(4.0).epsilon(0.10));
+  CHECK(b4 / b16 == doctest::Approx(4.0).epsilon(0.10));
+}
+
+TEST_CASE("codecs: fp16 halves and int8 quarters the payload of every exchange") {
+  auto per_exchange = [](const std::string& codec) {
+    std::vector<std::vector<std::string>> f;
+    for (int i = 0; i < 2; ++i)
+      f.push_back({"--data", "synthetic", "--model", "mlp:128", "--shard", std::to_string(i + 1) + "/2", "--steps", "1500", "--throttle", "3",
+                   "--codec", codec, "--min-peers", "2", "--settle", "0"});
+    Swarm s("codec-" + codec, f);
+    REQUIRE(s.wait_all(60));
+    const auto ev = metric_lines(s.metrics(0), "eval");
+    REQUIRE(!ev.empty());
+    const double ex = field(ev.back(), "payloads_sent");
+    REQUIRE(ex >= 5);
+    // Every request and reply carries one payload.
+    return field(ev.back(), "payload_bytes_sent") / ex;
+  };
+  const double n = 64 * 128 + 128 + 128 * 10 + 10;  // parameters of mlp:128 on the synthetic task
+  CHECK(per_exchange("none") == doctest::Approx(4 * n));
+  CHECK(per_exchange("fp16") == doctest::Approx(2 * n));
+  CHECK(per_exchange("int8") == doctest::Approx(n + 4 * std::ceil(n / 256)));
+  CHECK(per_exchange("topk") < 0.05 * 4 * n);
+}
