@@ -331,6 +331,7 @@ int Daemon::run() {
     }
   }
   if (stop_.load()) log_->info("stop requested: finishing at step {}", trainer.steps());
+  const double train_wall_s = seconds_since(t_start);  // training loop only, waits included
   drain();
   // Settle: no more training, but keep exchanging (and answering) for a moment, so each peer
   // leaves with close to the swarm's average model rather than its own last local steps. It
@@ -362,6 +363,7 @@ int Daemon::run() {
                          {"loss", last.loss},
                          {"samples_per_s", sps},
                          {"wall_s", seconds_since(t_start)},
+                         {"train_wall_s", train_wall_s},
                          {"bytes_sent", ts.bytes_sent},
                          {"bytes_recv", ts.bytes_recv},
                          {"exchanges", exchanges()},
