@@ -24,7 +24,7 @@ run() {
   "$bin" --listen 127.0.0.1:0 --shard 1/4 --min-peers 4 --name p1 --metrics "$d/m1.jsonl" $all $first 2>"$d/p1.log" &
   local pids=($!) seed=""
   for _ in $(seq 1 600); do
-    seed=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$d/p1.log" 2>/dev/null | awk '{print $3}' || true)
+    seed=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$d/p1.log" 2>/dev/null | head -n 1 | awk '{print $3}' || true)
     [ -n "$seed" ] && break
     sleep 0.1
   done

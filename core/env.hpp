@@ -26,6 +26,9 @@ struct ProtocolEvent {
     Suspect,         // a member is suspected (peer)
     Joined,          // we got the view from a seed (peer = the seed)
     Wait,            // the staleness bound holds us back (clock, slowest, seconds)
+    StateReceived,   // a joiner got the model from `peer` (other = its step)
+    StateFailed,     // no member delivered the model: training from our own initialisation
+    Handover,        // a leaving peer handed us its model and we merged it (peer, distance)
   } kind;
   PeerId peer;
   std::string reason;

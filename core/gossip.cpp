@@ -24,6 +24,9 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
     case K::Suspect: return "suspect";
     case K::Joined: return "joined";
     case K::Wait: return "wait";
+    case K::StateReceived: return "state_received";
+    case K::StateFailed: return "state_failed";
+    case K::Handover: return "handover";
   }
   return "?";
 }
@@ -48,10 +51,12 @@ void Gossip::start(const std::vector<PeerId>& seeds) {
   for (const auto& s : seeds)
     if (s != view_.self().id) seeds_.push_back(s);
   joined_ = seeds_.empty();
+  state_ready_ = joined_ || !cfg_.fetch_state;
   if (!joined_) {
     send_join_requests();
     env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
   }
+  env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
 }
 
 double Gossip::my_weight() const {
@@ -63,7 +68,8 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   samples_ = samples;
   view_.self().clock = clock;
   ++steps_since_exchange_;
-  if (steps_since_exchange_ >= cfg_.local_steps && out_.size() < cfg_.max_in_flight) start_exchange();
+  if (steps_since_exchange_ >= cfg_.local_steps && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_)
+    start_exchange();
 }
 
 void Gossip::start_exchange() {
@@ -81,7 +87,7 @@ void Gossip::start_exchange() {
   }
   if (candidates.empty()) return;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
-  Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now};
+  Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now, {}};
   if (cfg_.codec == PayloadCodec::TopK)
     o.payload = sparse_request(o.sparse_idx);
   else
@@ -123,21 +129,23 @@ void Gossip::note_failure(const PeerId& peer) {
   ++m->failures;
   const double now = env_.now();
   m->skip_until = now + cfg_.failure_backoff_s * std::min(m->failures, 8);
-  if (m->failures >= cfg_.suspect_after_failures && m->d.state == MemberState::Alive) {
-    if (auto c = view_.set_state(peer, MemberState::Suspect, now)) report_change(*c);
-    env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
-  }
+  if (m->failures >= cfg_.suspect_after_failures && m->d.state == MemberState::Alive) schedule_suspicion(peer);
+}
+
+void Gossip::schedule_suspicion(const PeerId& peer) {
+  if (auto c = view_.set_state(peer, MemberState::Suspect, env_.now())) report_change(*c);
+  env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
 }
 
 void Gossip::on_idle() {
-  if (out_.size() < cfg_.max_in_flight) start_exchange();
+  if (out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_) start_exchange();
   // Probe the members holding the bound back, so news of their clocks reaches us even when no
   // exchange with them is under way.
   if (std::isfinite(cfg_.staleness) && !may_step()) {
     const std::uint64_t slowest = slowest_clock();
     for (const auto& [id, m] : view_.members())
       if (m.d.state == MemberState::Alive && m.d.clock == slowest)
-        env_.send(id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest()}));
+        env_.send(id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest(), {}}));
   }
 }
 
@@ -193,6 +201,29 @@ void Gossip::on_timer(std::uint64_t id) {
         env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
       }
       break;
+    case kProbe:
+    case kProbeTimeout:
+    case kProbeIndirect:
+      on_probe_timer(kind, seq);
+      break;
+    case kStateTimeout:
+      on_state_timeout(seq);
+      break;
+    case kLeaveTimeout:
+      if (leaving_ && !left_ && seq == leave_seq_) {
+        if (leave_attempts_ < 2) {
+          // Nobody took the model yet: one more member, then give up.
+          std::vector<PeerId> others;
+          for (const auto& [id, m] : view_.members())
+            if (m.d.state == MemberState::Alive && id != leave_target_) others.push_back(id);
+          if (!others.empty()) {
+            send_leave(others[env_.rng().below(others.size())]);
+            break;
+          }
+        }
+        left_ = true;
+      }
+      break;
     case kSuspectCheck: {
       std::vector<PeerId> expired;
       for (const auto& [pid, m] : view_.members())
@@ -214,6 +245,11 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
     case MsgType::JoinReply: return on_join_reply(from, msg);
     case MsgType::Ping:
     case MsgType::Ack: return on_ping(from, msg);
+    case MsgType::PingReq: return on_ping_req(from, msg);
+    case MsgType::StateRequest: return on_state_request(from, msg);
+    case MsgType::StateChunk: return on_state_chunk(from, msg);
+    case MsgType::Leave: return on_leave(from, msg);
+    case MsgType::LeaveAck: return on_leave_ack(from, msg);
     default:
       return reject(from, std::string("unexpected message type ") + msg_type_name(msg.type));
   }

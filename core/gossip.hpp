@@ -36,6 +36,7 @@
 #include "core/env.hpp"
 #include "core/message.hpp"
 #include "core/protocol_messages.hpp"
+#include "core/robust.hpp"
 #include "core/view.hpp"
 
 namespace rumor {
@@ -66,10 +67,31 @@ struct GossipConfig {
   int suspect_after_failures = 3;
   double suspect_timeout_s = 5.0;    // Suspect -> Dead unless refuted
   double join_retry_s = 1.0;         // resend JoinRequest to the seeds until one answers
+  // SWIM failure detector (gossip_membership.cpp): every probe_interval_s, the alive member we
+  // heard from least recently (if longer ago than that) gets a Ping; no Ack within
+  // probe_timeout_s -> `indirect_probes` others are asked to ping it (PingReq); no news by the
+  // end of the interval -> Suspect; suspect_timeout_s later -> Dead unless it refuted. So a
+  // crashed peer leaves a view within about probe_interval * (members probed before it) +
+  // probe_timeout + probe_interval + suspect_timeout, plus dissemination.
+  double probe_interval_s = 0.5;
+  double probe_timeout_s = 0.25;
+  std::size_t indirect_probes = 2;
+  // State transfer for a joiner: fetch the model and the step from the member that answered
+  // the join, in chunks, each with a deadline; on a missed deadline restart with another
+  // member, up to state_attempts times, then train from our own initialisation. A source that
+  // has not trained yet (step 0) has nothing to give: the joiner keeps its own initialisation.
+  bool fetch_state = true;
+  std::size_t state_chunk_floats = 1u << 18;  // 1 MiB chunks
+  double state_timeout_s = 2.0;
+  int state_attempts = 4;
+  double leave_timeout_s = 1.5;      // wait this long for a LeaveAck, then try one more member
   std::size_t digest_limit = 32;     // members piggybacked per message
   // If non-empty, exchanges are started only with these peers (a fixed topology: ring, torus,
   // ...; the simulator sets it). Empty: any live member, uniformly.
   std::vector<PeerId> neighbours;
+  // --robust (core/robust.hpp): a neighbour's model far beyond the distances the swarm has been
+  // showing is clipped or refused. Non-finite parameters are refused whatever this says.
+  RobustConfig robust;
 };
 
 struct GossipStats {
@@ -83,6 +105,8 @@ struct GossipStats {
   std::uint64_t payload_bytes_sent = 0;  // encoded parameter bytes sent (by `codec`)
   std::uint64_t payloads_sent = 0;       // parameter payloads sent (requests and replies)
   double last_distance = 0;           // relative model distance at the last exchange
+  std::uint64_t robust_clipped = 0;   // received models clipped by robust mixing
+  std::uint64_t robust_refused = 0;   // received models refused by robust mixing (nothing mixed)
 };
 
 class Gossip {
@@ -105,6 +129,16 @@ class Gossip {
   // members we know of (our own clock when we know of none).
   bool may_step() const;
   std::uint64_t slowest_clock() const;
+
+  // Joining: true once the model and step came from a member (or no transfer is needed, or it
+  // was given up). Until then we neither start nor answer exchanges.
+  bool state_ready() const { return state_ready_; }
+  std::optional<std::uint64_t> adopted_step() const { return adopted_step_; }
+  // Graceful leave: announce, hand our model to a live neighbour, then left() turns true (on
+  // its LeaveAck, or when nobody could take it). Without `handover` (a peer that finished and
+  // settled: its model is the swarm's) it only announces, and left() is true at once.
+  void leave(bool handover = true);
+  bool left() const { return left_; }
   const View& view() const { return view_; }
   const GossipStats& stats() const { return stats_; }
   bool joined() const { return joined_; }
@@ -122,7 +156,10 @@ class Gossip {
     std::vector<std::uint32_t> sparse_idx;  // topk: the coordinates S of this exchange
     std::span<const float> snapshot() const { return decoded.empty() ? as_floats(*payload) : std::span<const float>(decoded); }
   };
-  enum TimerKind : std::uint64_t { kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3 };
+  enum TimerKind : std::uint64_t {
+    kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
+    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8
+  };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
   void start_exchange();
@@ -138,6 +175,19 @@ class Gossip {
   void on_join_request(const PeerId& from, const Message& msg);
   void on_join_reply(const PeerId& from, const Message& msg);
   void on_ping(const PeerId& from, const Message& msg);
+  // Membership (gossip_membership.cpp).
+  void on_ping_req(const PeerId& from, const Message& msg);
+  void on_state_request(const PeerId& from, const Message& msg);
+  void on_state_chunk(const PeerId& from, const Message& msg);
+  void on_leave(const PeerId& from, const Message& msg);
+  void on_leave_ack(const PeerId& from, const Message& msg);
+  void probe();
+  void on_probe_timer(TimerKind kind, std::uint64_t seq);
+  void start_state_transfer(const PeerId& source);
+  void request_state_chunk();
+  void on_state_timeout(std::uint64_t transfer_id);
+  void send_leave(const PeerId& to);
+  void schedule_suspicion(const PeerId& peer);
   // topk codec (gossip_sparse.cpp).
   std::shared_ptr<const Bytes> sparse_request(std::vector<std::uint32_t>& idx);
   void sparse_respond(const PeerId& from, const Message& msg, const ExchangeMsg& h);
@@ -169,7 +219,54 @@ class Gossip {
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;
+  // SWIM probe in progress.
+  struct Probe {
+    std::uint64_t seq = 0;
+    PeerId target;
+    double started = 0;
+  };
+  std::optional<Probe> probe_;
+  struct Relay {
+    PeerId requester;
+    std::uint64_t their_seq;
+    PeerId target;
+  };
+  std::map<std::uint64_t, Relay> relays_;  // our Ping seq -> indirect probe we relay
+  // State transfer, joiner side.
+  bool state_ready_ = true;
+  std::optional<std::uint64_t> adopted_step_;
+  struct Transfer {
+    std::uint64_t id = 0;
+    PeerId source;
+    std::uint64_t offset = 0;
+    int attempt = 0;
+    std::vector<float> buffer;
+  };
+  std::optional<Transfer> transfer_;
+  std::uint64_t next_transfer_id_ = 1;
+  // State transfer, source side: snapshots by (joiner, transfer id), dropped after a while.
+  struct Snapshot {
+    std::shared_ptr<const Bytes> params;
+    std::uint64_t step;
+    double created;
+  };
+  std::map<std::pair<PeerId, std::uint64_t>, Snapshot> snapshots_;
+  // Graceful leave.
+  bool leaving_ = false, left_ = false;
+  std::uint64_t leave_seq_ = 0;
+  int leave_attempts_ = 0;
+  PeerId leave_target_;
   std::vector<float> scratch_in_;  // decoded incoming payload (reused)
+  // Robust mixing (gossip_exchange.cpp): dense models, and topk's coordinate subsets, which
+  // have their own scale of distances.
+  RobustMix robust_{cfg_.robust}, robust_sparse_{cfg_.robust};
+  std::vector<float> robust_scratch_;
+  // Replaces `model` by what may be mixed of it (itself, or clipped towards `ours`); false when
+  // it is refused (counted and reported; with `busy_id` the request is answered ExchangeBusy).
+  bool screen_model(const PeerId& from, RobustMix& robust, std::span<const float>& model, std::span<const float> ours,
+                    std::optional<std::uint64_t> busy_id);
+  bool screen_values(const PeerId& from, RobustMix& robust, std::vector<float>& values, std::span<const float> ours,
+                     std::optional<std::uint64_t> busy_id);
   std::vector<float> sparse_ref_;    // topk: each coordinate's value when it was last averaged
   std::uint64_t sparse_cursor_ = 0;  // topk: round-robin sweep position
   std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers

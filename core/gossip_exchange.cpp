@@ -1,5 +1,7 @@
 // Gossip: the push-pull exchange handlers (request, reply, busy). See gossip.hpp, steps 2-4.
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/gossip.hpp"
 #include "core/mix.hpp"
@@ -50,6 +52,11 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) return reject(from, p);
   merge_view(h.view);
   heard_from(from);
+  // A joiner without the swarm's model yet, or a peer on its way out, takes no part.
+  if (!state_ready_ || leaving_) {
+    env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, leaving_ ? "leaving" : "joining: fetching the model", digest()}));
+    return;
+  }
   // Crossing exchanges between the same pair: the smaller id's request wins.
   if (find_out(from) != npos && view_.self().id < from) {
     env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, "crossing exchange: answer mine instead", digest()}));
@@ -65,6 +72,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     return;
   }
   if (cfg_.codec == PayloadCodec::TopK) return sparse_respond(from, msg, h);
+  if (!screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
   std::vector<float> mine_decoded;
   auto mine = encode_snapshot(mine_decoded);  // y_s: the live parameters, stable between steps
@@ -113,6 +121,10 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
   if (cfg_.codec == PayloadCodec::TopK) return sparse_finish(from, msg, h, std::move(o));
   const std::span<const float> xs = o.snapshot();
   const double a = o.weight, b = h.weight;
+  if (!screen_model(from, robust_, theirs, xs, std::nullopt)) {
+    ++stats_.failed;
+    return;
+  }
   stats_.last_distance = relative_distance(xs, theirs);
   mix_into(params_, theirs, xs, b / (a + b));
   ++stats_.exchanges;
@@ -136,6 +148,35 @@ void Gossip::on_busy(const PeerId& from, const Message& msg) {
     if (h.reason.rfind("stale", 0) == 0) ++stats_.stale;
     fail_exchange(i, "busy: " + h.reason, true);
   }
+}
+
+bool Gossip::screen_model(const PeerId& from, RobustMix& robust, std::span<const float>& model,
+                          std::span<const float> ours, std::optional<std::uint64_t> busy_id) {
+  if (!robust.enabled()) return true;
+  RobustMix::Verdict v;
+  const std::span<const float> out = robust.screen(model, ours, robust_scratch_, v);
+  if (v.action == RobustMix::Action::Accept) return true;
+  if (v.action == RobustMix::Action::Clip) {
+    ++stats_.robust_clipped;
+    model = out;
+    return true;
+  }
+  ++stats_.robust_refused;
+  std::ostringstream why;
+  why.precision(4);
+  why << "robust mixing: model at distance " << v.distance << " from ours, " << v.distance / v.typical
+      << " times the typical " << v.typical << ": refused, nothing mixed";
+  env_.event(ev(ProtocolEvent::Kind::Rejected, from, why.str()));
+  if (busy_id) env_.send(from, make_message(ExchangeBusyMsg{*busy_id, "refused: model too far from ours (robust mixing)", digest()}));
+  return false;
+}
+
+bool Gossip::screen_values(const PeerId& from, RobustMix& robust, std::vector<float>& values,
+                           std::span<const float> ours, std::optional<std::uint64_t> busy_id) {
+  std::span<const float> model = values;
+  if (!screen_model(from, robust, model, ours, busy_id)) return false;
+  if (model.data() != values.data()) std::copy(model.begin(), model.end(), values.begin());
+  return true;
 }
 
 void Gossip::heard_from(const PeerId& peer) {

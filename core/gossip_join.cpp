@@ -37,6 +37,7 @@ void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
   if (!joined_) {
     joined_ = true;
     env_.event(ev(ProtocolEvent::Kind::Joined, from));
+    if (!state_ready_ && !transfer_) start_state_transfer(from);
   }
 }
 
@@ -49,7 +50,17 @@ void Gossip::on_ping(const PeerId& from, const Message& msg) {
   }
   merge_view(p.view);
   heard_from(from);
-  if (msg.type == MsgType::Ping) env_.send(from, make_message(MsgType::Ack, PingMsg{p.seq, digest()}));
+  if (msg.type == MsgType::Ping) {
+    env_.send(from, make_message(MsgType::Ack, PingMsg{p.seq, digest(), {}}));
+    return;
+  }
+  // An Ack. Relayed for our indirect probe: the target is alive.
+  if (!p.about.empty() && p.about != view_.self().id) heard_from(p.about);
+  // The answer to a ping we sent for someone else's indirect probe: relay it.
+  if (auto it = relays_.find(p.seq); it != relays_.end() && it->second.target == from) {
+    env_.send(it->second.requester, make_message(MsgType::Ack, PingMsg{it->second.their_seq, digest(), from}));
+    relays_.erase(it);
+  }
 }
 
 void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
@@ -58,7 +69,8 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
     if (d.id == view_.self().id) {
       // Somebody thinks we are suspect or dead: refute with a higher incarnation (SWIM).
       MemberDigest& me = view_.self();
-      if (d.state != MemberState::Alive && d.incarnation >= me.incarnation) me.incarnation = d.incarnation + 1;
+      if (d.state != MemberState::Alive && d.incarnation >= me.incarnation && d.incarnation <= kMaxIncarnation)
+        me.incarnation = d.incarnation + 1;
       continue;
     }
     if (auto c = view_.merge(d, now)) report_change(*c);

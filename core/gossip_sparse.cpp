@@ -20,6 +20,11 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
+  if (robust_sparse_.enabled()) {
+    std::vector<float> ours(sel.indices.size());
+    for (std::size_t i = 0; i < ours.size(); ++i) ours[i] = params_[sel.indices[i]];
+    if (!screen_values(from, robust_sparse_, sel.values, ours, h.exchange_id)) return;
+  }
   const double a = h.weight, b = my_weight();
   ExchangeMsg r;
   r.exchange_id = h.exchange_id;
@@ -60,6 +65,10 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
   } catch (const DecodeError& e) {
     ++stats_.failed;
     return reject(from, e.what());
+  }
+  if (!screen_values(from, robust_sparse_, theirs, mine.values, std::nullopt)) {
+    ++stats_.failed;
+    return;
   }
   const double a = o.weight, b = h.weight;
   const float w = static_cast<float>(b / (a + b));

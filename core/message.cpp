@@ -21,6 +21,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::Ping: return "Ping";
     case MsgType::PingReq: return "PingReq";
     case MsgType::Ack: return "Ack";
+    case MsgType::LeaveAck: return "LeaveAck";
   }
   return "Unknown";
 }

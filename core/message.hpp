@@ -25,14 +25,15 @@ enum class MsgType : std::uint16_t {
   ExchangeRequest = 4, // initiator's snapshot + clock + weight + view digest
   ExchangeReply = 5,   // responder's snapshot + clock + weight + view digest
   ExchangeBusy = 6,    // responder is already in an exchange: try someone else
-  StateRequest = 7,    // (membership issue) a joiner asks for the model and training position
-  StateChunk = 8,      // (membership issue) one chunk of that state
-  Leave = 9,           // (membership issue) graceful leave announcement / model hand-over
-  Ping = 10,           // (membership issue) SWIM probe
-  PingReq = 11,        // (membership issue) SWIM indirect probe
-  Ack = 12,            // (membership issue) SWIM probe answer
+  StateRequest = 7,    // a joiner asks a member for a chunk of its model and its step
+  StateChunk = 8,      // one chunk of that state
+  Leave = 9,           // graceful leave: announcement, with the model handed over if it has a payload
+  Ping = 10,           // SWIM probe (also: a waiting peer asking for fresh clocks)
+  PingReq = 11,        // SWIM indirect probe: "ping this member for me"
+  Ack = 12,            // SWIM probe answer (direct, or relayed for an indirect probe)
+  LeaveAck = 13,       // the neighbour took a leaving peer's model
 };
-constexpr std::uint16_t kMaxMsgType = 12;
+constexpr std::uint16_t kMaxMsgType = 13;
 
 const char* msg_type_name(MsgType t);
 

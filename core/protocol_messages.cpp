@@ -15,6 +15,14 @@ Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const B
 }
 Message make_message(const ExchangeBusyMsg& m) { return {MsgType::ExchangeBusy, encode_struct(m), nullptr}; }
 Message make_message(MsgType type, const PingMsg& m) { return {type, encode_struct(m), nullptr}; }
+Message make_message(const PingReqMsg& m) { return {MsgType::PingReq, encode_struct(m), nullptr}; }
+Message make_message(const StateRequestMsg& m) { return {MsgType::StateRequest, encode_struct(m), nullptr}; }
+Message make_message(const StateChunkMsg& m, std::shared_ptr<const Bytes> payload) {
+  return {MsgType::StateChunk, encode_struct(m), std::move(payload)};
+}
+Message make_message(const LeaveMsg& m, std::shared_ptr<const Bytes> payload) {
+  return {MsgType::Leave, encode_struct(m), std::move(payload)};
+}
 
 namespace {
 void check_view(const std::vector<MemberDigest>& v, const char* what) {
@@ -51,6 +59,24 @@ ExchangeBusyMsg decode_busy(const Message& m) {
 PingMsg decode_ping(const Message& m) {
   auto r = decode_struct<PingMsg>(m.header, msg_type_name(m.type));
   check_view(r.view, msg_type_name(m.type));
+  return r;
+}
+
+PingReqMsg decode_ping_req(const Message& m) {
+  auto r = decode_struct<PingReqMsg>(m.header, "PingReq");
+  check_view(r.view, "PingReq");
+  if (r.target.empty() || r.target.size() > 255) throw DecodeError("malformed PingReq: bad target");
+  return r;
+}
+StateRequestMsg decode_state_request(const Message& m) { return decode_struct<StateRequestMsg>(m.header, "StateRequest"); }
+StateChunkMsg decode_state_chunk(const Message& m) {
+  auto r = decode_struct<StateChunkMsg>(m.header, "StateChunk");
+  check_view(r.view, "StateChunk");
+  return r;
+}
+LeaveMsg decode_leave(const Message& m) {
+  auto r = decode_struct<LeaveMsg>(m.header, "Leave");
+  check_view(r.view, "Leave");
   return r;
 }
 

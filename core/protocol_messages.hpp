@@ -38,7 +38,41 @@ struct ExchangeMsg {
 struct PingMsg {
   std::uint64_t seq = 0;
   std::vector<MemberDigest> view;
-  template <class A> void serialize(A& ar) { ar(seq, view); }
+  PeerId about;  // Ack relayed for an indirect probe: the member that answered (else empty)
+  template <class A> void serialize(A& ar) { ar(seq, view, about); }
+};
+
+struct PingReqMsg {
+  std::uint64_t seq = 0;  // the requester's probe number, echoed in the relayed Ack
+  PeerId target;
+  std::vector<MemberDigest> view;
+  template <class A> void serialize(A& ar) { ar(seq, target, view); }
+};
+
+// State transfer: the joiner asks for `count` parameters from `offset` of the snapshot that
+// the source took at the first request of this transfer.
+struct StateRequestMsg {
+  std::uint64_t transfer_id = 0;
+  std::uint64_t offset = 0, count = 0;
+  template <class A> void serialize(A& ar) { ar(transfer_id, offset, count); }
+};
+struct StateChunkMsg {
+  std::uint64_t transfer_id = 0;
+  std::uint64_t offset = 0, total = 0;
+  std::uint64_t step = 0;  // the source's clock at its snapshot: the joiner's schedule position
+  std::vector<MemberDigest> view;
+  template <class A> void serialize(A& ar) { ar(transfer_id, offset, total, step, view); }
+};  // payload: float32 values [offset, offset + count)
+
+// Graceful leave. With a payload (dense float32), the receiver merges the model (hand-over) and
+// answers LeaveAck (a PingMsg with the same seq); without one it is an announcement.
+struct LeaveMsg {
+  std::uint64_t seq = 0;
+  std::uint64_t clock = 0;
+  double weight = 1.0;
+  std::uint64_t param_count = 0;
+  std::vector<MemberDigest> view;  // the leaver first, in state Left
+  template <class A> void serialize(A& ar) { ar(seq, clock, weight, param_count, view); }
 };
 
 struct ExchangeBusyMsg {
@@ -52,7 +86,11 @@ Message make_message(const JoinRequestMsg& m);
 Message make_message(const JoinReplyMsg& m);
 Message make_message(MsgType type, const ExchangeMsg& m, std::shared_ptr<const Bytes> payload);
 Message make_message(const ExchangeBusyMsg& m);
-Message make_message(MsgType type, const PingMsg& m);  // Ping or Ack
+Message make_message(MsgType type, const PingMsg& m);  // Ping, Ack or LeaveAck
+Message make_message(const PingReqMsg& m);
+Message make_message(const StateRequestMsg& m);
+Message make_message(const StateChunkMsg& m, std::shared_ptr<const Bytes> payload);
+Message make_message(const LeaveMsg& m, std::shared_ptr<const Bytes> payload);
 
 // Throw DecodeError (core/serial.hpp) with the message name on malformed input.
 JoinRequestMsg decode_join_request(const Message& m);
@@ -60,6 +98,10 @@ JoinReplyMsg decode_join_reply(const Message& m);
 ExchangeMsg decode_exchange(const Message& m);
 ExchangeBusyMsg decode_busy(const Message& m);
 PingMsg decode_ping(const Message& m);
+PingReqMsg decode_ping_req(const Message& m);
+StateRequestMsg decode_state_request(const Message& m);
+StateChunkMsg decode_state_chunk(const Message& m);
+LeaveMsg decode_leave(const Message& m);
 
 // Parameters as a payload (codec None) and back.
 std::shared_ptr<const Bytes> encode_params(std::span<const float> params);

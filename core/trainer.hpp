@@ -62,6 +62,9 @@ class Trainer {
 
   TrainingPosition position() const;
   void set_position(const TrainingPosition& p);
+  // A joiner takes the swarm's step (its learning-rate schedule position and clock) but keeps
+  // walking its own shard from the start.
+  void adopt_step(std::uint64_t step) { step_ = step; }
   double current_lr() const { return learning_rate(cfg_.schedule, step_); }
   std::uint64_t steps() const { return step_; }
   std::uint64_t samples() const { return samples_; }

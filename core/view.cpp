@@ -29,6 +29,7 @@ int severity(MemberState s) {
 }  // namespace
 
 std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
+  if (d.incarnation > kMaxIncarnation) return std::nullopt;
   auto it = members_.find(d.id);
   if (it == members_.end()) {
     Member m;

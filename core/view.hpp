@@ -16,6 +16,11 @@
 
 namespace rumor {
 
+// Incarnations start at a peer's wall-clock milliseconds (about 2^41) and grow by one per
+// refutation; a digest claiming more than this is impossible and ignored, so refuting it can
+// never overflow.
+constexpr std::uint64_t kMaxIncarnation = std::uint64_t{1} << 62;
+
 enum class MemberState : std::uint8_t { Alive = 0, Suspect = 1, Dead = 2, Left = 3 };
 const char* member_state_name(MemberState s);
 

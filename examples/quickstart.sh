@@ -30,7 +30,7 @@ echo "== starting $peers peers on 127.0.0.1 (logs and metrics in $out)"
 pids+=($!)
 seed=""
 for _ in $(seq 1 600); do
-  seed=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$out/p1.log" 2>/dev/null | awk '{print $3}' || true)
+  seed=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$out/p1.log" 2>/dev/null | head -n 1 | awk '{print $3}' || true)
   [ -n "$seed" ] && break
   kill -0 "${pids[0]}" 2>/dev/null || { cat "$out/p1.log" >&2; exit 1; }
   sleep 0.1

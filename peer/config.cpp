@@ -80,8 +80,12 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
 
+  app.add_option("--probe-interval", c.probe_interval_s,
+                 "SWIM failure detector period: a silent peer is probed, then suspected, then dead after --suspect-timeout")
+      ->group(g_net)->check(CLI::Range(0.01, 60.0))->capture_default_str();
   app.add_option("--min-peers", c.min_peers,
-                 "Start training only when this many peers (this one included) are in the view")
+                 "Start training only when this many peers (this one included) are in the view (peers starting a swarm "
+                 "together: they share the initialisation, so no state transfer)")
       ->group(g_net)->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--min-peers-timeout", c.min_peers_timeout_s, "Train anyway after waiting this long for --min-peers")
       ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
@@ -98,6 +102,14 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--threads", c.threads, "Math threads")->group(g_dev)->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--throttle", c.throttle, "Run F times slower (emulates a slower machine on one box)")
       ->group(g_dev)->check(CLI::Range(1.0, 1000.0))->capture_default_str();
+
+  auto* g_ckpt = "Checkpoints";
+  app.add_option("--checkpoint", c.checkpoint_dir, "Write checkpoints (model, optimizer, position, view) into DIR")
+      ->group(g_ckpt);
+  app.add_option("--checkpoint-every", c.checkpoint_every_s, "Seconds between checkpoints")
+      ->group(g_ckpt)->check(CLI::Range(0.01, 1e6))->capture_default_str();
+  app.add_flag("--resume", c.resume, "Restart from the newest valid checkpoint in --checkpoint DIR and rejoin")
+      ->group(g_ckpt);
 
   auto* g_misc = "Output";
   app.add_option("--seed", c.seed, "Seed of every random choice (init, shards, batches)")
@@ -123,6 +135,10 @@ ParseResult parse_command_line(int argc, char** argv) {
   }
   if (app.count("--steps") || app.count("--duration")) {
     if (!app.count("--epochs")) c.epochs = 0;  // explicit step/time budgets replace the default
+  }
+  if (c.resume && c.checkpoint_dir.empty()) {
+    std::cerr << "rumor-peer: --resume needs --checkpoint DIR\nUsage: rumor-peer [OPTIONS]   (rumor-peer --help lists every flag)\n";
+    return {std::nullopt, 2};
   }
   try {
     if (staleness == "inf" || staleness == "infinity") {
@@ -170,6 +186,8 @@ HostPort parse_host_port(const std::string& s, const char* flag, bool allow_zero
     port = s.substr(colon + 1);
   }
   if (hp.host.empty()) throw bad("no host");
+  for (unsigned char ch : hp.host)
+    if (ch <= ' ' || ch == ',' || ch >= 0x7F) throw bad("the host has a space, comma or control character");
   if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
     throw bad("port is not a number");
   const unsigned long p = std::stoul(port);

@@ -35,6 +35,10 @@ struct Config {
   double suspect_timeout_s = 5.0;
   std::size_t min_peers = 1;         // wait for this many members (self included) before training
   double min_peers_timeout_s = 120;  // then train anyway
+  double probe_interval_s = 0.5;      // SWIM probe period
+  std::string checkpoint_dir;        // --checkpoint DIR (off when empty)
+  double checkpoint_every_s = 30;
+  bool resume = false;
   double settle_s = 3.0;             // after training: keep averaging (no training) up to this long
   double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
   std::string codec = "none";

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "core/gossip.hpp"
 #include "core/trainer.hpp"
 #include "net/transport.hpp"
+#include "peer/checkpoint.hpp"
 #include "peer/data_files.hpp"
 #include "peer/inbox.hpp"
 #include "peer/metrics.hpp"
@@ -76,6 +78,18 @@ class DaemonEnv final : public Env {
       case K::Suspect:
         log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
         metrics_.write(event_kind_name(e.kind), {{"peer", e.peer}});
+        break;
+      case K::StateReceived:
+        log_.info("state transfer from {} complete (step {})", e.peer, e.other);
+        metrics_.write("state_received", {{"peer", e.peer}, {"step", e.other}});
+        break;
+      case K::StateFailed:
+        log_.warn("state transfer failed: {}", e.reason);
+        metrics_.write("state_failed", {{"reason", e.reason}});
+        break;
+      case K::Handover:
+        log_.info("took over the model of {}, which is leaving (distance {:.4g})", e.peer, e.distance);
+        metrics_.write("handover", {{"peer", e.peer}, {"distance", e.distance}, {"peer_clock", e.other}});
         break;
       case K::Wait:
         metrics_.write("wait", {{"clock", e.clock}, {"slowest", e.other}, {"seconds", e.seconds}});
@@ -137,6 +151,22 @@ int Daemon::run() {
              trainer.model().param_count(), trainer.optimizer().name(), cfg_.schedule.base_lr, cfg_.batch,
              seconds_since(t_load));
 
+  // --resume: the newest valid checkpoint restores parameters, optimizer state and position.
+  std::vector<std::string> resume_view;
+  if (cfg_.resume) {
+    std::string path;
+    if (auto c = load_newest_checkpoint(cfg_.checkpoint_dir, trainer.model().fingerprint(), *log_, &path)) {
+      std::copy(c->params.begin(), c->params.end(), trainer.params().begin());
+      trainer.optimizer().set_state(c->optimizer_state, c->optimizer_steps);
+      trainer.set_position(c->position);
+      resume_view = c->view;
+      log_->info("resumed from {}: step {}, epoch {:.2f}", path, c->position.step, trainer.epochs_done());
+      metrics.write("resumed", {{"step", c->position.step}, {"path", path}});
+    } else {
+      log_->warn("--resume: no valid checkpoint in {}; starting from scratch", cfg_.checkpoint_dir);
+    }
+  }
+
   // Network: the transport's callbacks only queue work for this thread.
   Inbox inbox;
   const HostPort listen = parse_host_port(cfg_.listen, "--listen", true);
@@ -176,6 +206,11 @@ int Daemon::run() {
   gc.exchange_timeout_s = cfg_.exchange_timeout_s;
   gc.suspect_timeout_s = cfg_.suspect_timeout_s;
   gc.staleness = cfg_.staleness;
+  gc.probe_interval_s = cfg_.probe_interval_s;
+  gc.probe_timeout_s = std::min(0.25, cfg_.probe_interval_s / 2);
+  // A resumed peer continues from its own saved model; peers starting a swarm together
+  // (--min-peers) share their initialisation, so neither fetches the swarm's state.
+  gc.fetch_state = !cfg_.resume && cfg_.min_peers <= 1;
   gc.codec = parse_codec(cfg_.codec);
   // Incarnation from the wall clock, so a peer restarted on the same address outranks its
   // earlier life in every view.
@@ -185,6 +220,8 @@ int Daemon::run() {
                 trainer.params());
   std::vector<PeerId> seeds;
   for (const auto& j : cfg_.join) seeds.push_back(parse_host_port(j, "--join", false).str());
+  for (const auto& v : resume_view)
+    if (v != self_id && std::find(seeds.begin(), seeds.end(), v) == seeds.end()) seeds.push_back(v);
   gossip.start(seeds);
 
   auto drain = [&] {
@@ -214,6 +251,22 @@ int Daemon::run() {
                  seconds_since(t_wait));
     else
       log_->info("{} peers in view after {:.1f} s: training", gossip.view().live_count() + 1, seconds_since(t_wait));
+  }
+
+  // A joiner starts from the swarm's model: wait (bounded) for the state transfer.
+  if (!gossip.state_ready()) {
+    const auto t_state = Clock::now();
+    while (!gossip.state_ready() && !stop_.load() && seconds_since(t_state) < 60) {
+      inbox.wait_for(std::chrono::milliseconds(5));
+      drain();
+    }
+    if (auto step = gossip.adopted_step()) {
+      trainer.adopt_step(*step);
+      log_->info("state transfer: took the swarm's model at step {} in {:.2f} s", *step, seconds_since(t_state));
+    } else {
+      log_->warn("no state transfer ({}): training from our own initialisation",
+                 gossip.state_ready() ? "the swarm has not trained yet" : "timed out");
+    }
   }
 
   const auto t_start = Clock::now();
@@ -262,6 +315,24 @@ int Daemon::run() {
     if (cfg_.duration_s > 0 && seconds_since(t_start) >= cfg_.duration_s) return true;
     if (cfg_.epochs > 0 && trainer.epochs_done() >= cfg_.epochs - 1e-9) return true;
     return false;
+  };
+
+  auto last_checkpoint = Clock::now();
+  auto save_checkpoint = [&] {
+    Checkpoint c;
+    c.fingerprint = trainer.model().fingerprint();
+    c.position = trainer.position();
+    c.optimizer_steps = trainer.optimizer().steps();
+    c.params.assign(trainer.params().begin(), trainer.params().end());
+    c.optimizer_state.assign(trainer.optimizer().state().begin(), trainer.optimizer().state().end());
+    for (const auto& id : gossip.view().live_ids()) c.view.push_back(id);
+    try {
+      const std::string path = write_checkpoint(cfg_.checkpoint_dir, c);
+      log_->debug("checkpoint {}", path);
+      metrics.write("checkpoint", {{"step", trainer.steps()}, {"path", path}});
+    } catch (const std::exception& e) {
+      log_->error("checkpoint failed: {} (training goes on)", e.what());
+    }
   };
 
   evaluate("");
@@ -323,6 +394,10 @@ int Daemon::run() {
       break;
     }
     gossip.on_step_done(trainer.steps(), trainer.samples());
+    if (!cfg_.checkpoint_dir.empty() && seconds_since(last_checkpoint) >= cfg_.checkpoint_every_s) {
+      save_checkpoint();
+      last_checkpoint = Clock::now();
+    }
     const bool due = cfg_.eval_every ? trainer.steps() % cfg_.eval_every == 0
                                      : trainer.epochs_done() >= static_cast<double>(next_epoch_eval) - 1e-9;
     if (due && !finished()) {
@@ -355,7 +430,20 @@ int Daemon::run() {
     log_->info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", exchanges() - before,
                seconds_since(t_settle), gossip.stats().last_distance);
   }
+  if (stop_.load() && gossip.view().live_count() > 0) {
+    // Graceful leave (SIGTERM/SIGINT): announce and hand the model over, within a few seconds.
+    const auto t_leave = Clock::now();
+    gossip.leave();
+    while (!gossip.left() && seconds_since(t_leave) < 4.0) {
+      inbox.wait_for(std::chrono::milliseconds(5));
+      drain();
+    }
+    log_->info("left the swarm in {:.2f} s{}", seconds_since(t_leave),
+               gossip.left() ? "" : " (no neighbour confirmed the hand-over)");
+  }
+  if (!cfg_.checkpoint_dir.empty()) save_checkpoint();
   evaluate(" (final)");
+  if (!stop_.load() && gossip.view().live_count() > 0) gossip.leave(false);  // finished: just say so
   const net::TransportStats ts = transport.stats();
   const double sps = train_seconds > 0 ? static_cast<double>(trainer.samples()) / train_seconds : 0.0;
   metrics.write("done", {{"steps", trainer.steps()},

@@ -27,7 +27,7 @@ TEST_CASE("swarm: pure averaging (lr 0) brings every peer to the mean of the ini
   std::vector<std::unique_ptr<Process>> peers;
   std::string seed_addr;
   for (int i = 0; i < n; ++i) {
-    std::vector<std::string> a{"--data", "synthetic", "--model", "logreg", "--lr", "0", "--duration", "5",
+    std::vector<std::string> a{"--data", "synthetic", "--model", "logreg", "--lr", "0", "--duration", "5", "--min-peers", "5",
                                "--init-seed", std::to_string(100 + i), "--shard", std::to_string(i + 1) + "/" + std::to_string(n),
                                "--save-params", (d / ("p" + std::to_string(i))).string(), "--exchange-timeout", "1"};
     if (i) a.insert(a.end(), {"--join", seed_addr});

@@ -1,0 +1,261 @@
+// Gossip: membership — the SWIM failure detector (direct and indirect probes), state transfer
+// to joiners, and graceful leave with model hand-over. See gossip.hpp (GossipConfig) for the
+// timing rules.
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/gossip.hpp"
+#include "core/mix.hpp"
+#include "core/serial.hpp"
+
+namespace rumor {
+
+namespace {
+constexpr double kSnapshotLifetime = 30.0;  // a source keeps a joiner's snapshot this long
+constexpr std::size_t kMaxSnapshots = 4;
+}  // namespace
+
+// ---- SWIM probes ----
+
+void Gossip::probe() {
+  const double now = env_.now();
+  const Member* target = nullptr;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Alive && now - m.last_heard > cfg_.probe_interval_s &&
+        (!target || m.last_heard < target->last_heard))
+      target = &m;
+  if (!target) return;
+  probe_ = Probe{++ping_seq_, target->d.id, now};
+  env_.send(target->d.id, make_message(MsgType::Ping, PingMsg{probe_->seq, digest(), {}}));
+  env_.set_timer(cfg_.probe_timeout_s, timer_id(kProbeTimeout, probe_->seq));
+}
+
+void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
+  if (kind == kProbe) {
+    if (joined_ && !left_) probe();
+    env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
+    return;
+  }
+  if (!probe_ || probe_->seq != seq) return;
+  const Member* m = view_.find(probe_->target);
+  if (!m || m->d.state != MemberState::Alive || m->last_heard >= probe_->started) {
+    probe_.reset();  // answered (any message counts) or already handled
+    return;
+  }
+  if (kind == kProbeTimeout) {
+    // Ask a few others to ping it for us: a slow link between us is not a dead peer.
+    std::vector<PeerId> helpers;
+    for (const auto& [id, mm] : view_.members())
+      if (mm.d.state == MemberState::Alive && id != probe_->target) helpers.push_back(id);
+    for (std::size_t i = 0; i < cfg_.indirect_probes && !helpers.empty(); ++i) {
+      const std::size_t j = env_.rng().below(helpers.size());
+      env_.send(helpers[j], make_message(PingReqMsg{probe_->seq, probe_->target, digest()}));
+      helpers.erase(helpers.begin() + static_cast<std::ptrdiff_t>(j));
+    }
+    env_.set_timer(cfg_.probe_interval_s, timer_id(kProbeIndirect, seq));
+    return;
+  }
+  // kProbeIndirect: nobody heard from it during the whole probe.
+  const PeerId target = probe_->target;
+  probe_.reset();
+  schedule_suspicion(target);
+}
+
+void Gossip::on_ping_req(const PeerId& from, const Message& msg) {
+  PingReqMsg r;
+  try {
+    r = decode_ping_req(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  merge_view(r.view);
+  heard_from(from);
+  const Member* t = view_.find(r.target);
+  if (!t || !t->live() || r.target == view_.self().id) return;
+  if (relays_.size() > 64) relays_.erase(relays_.begin());  // bounded: a flood cannot grow it
+  const std::uint64_t seq = ++ping_seq_;
+  relays_[seq] = Relay{from, r.seq, r.target};
+  env_.send(r.target, make_message(MsgType::Ping, PingMsg{seq, digest(), {}}));
+}
+
+// ---- State transfer ----
+
+void Gossip::start_state_transfer(const PeerId& source) {
+  transfer_ = Transfer{next_transfer_id_++, source, 0, transfer_ ? transfer_->attempt + 1 : 1, {}};
+  transfer_->buffer.resize(params_.size());
+  request_state_chunk();
+}
+
+void Gossip::request_state_chunk() {
+  RUMOR_CHECK(transfer_.has_value());
+  const std::uint64_t count = std::min<std::uint64_t>(cfg_.state_chunk_floats, params_.size() - transfer_->offset);
+  env_.send(transfer_->source, make_message(StateRequestMsg{transfer_->id, transfer_->offset, count}));
+  // One deadline per chunk: the timer names the transfer and the offset it guards.
+  env_.set_timer(cfg_.state_timeout_s, timer_id(kStateTimeout, (transfer_->id << 32) | (transfer_->offset / cfg_.state_chunk_floats)));
+}
+
+void Gossip::on_state_timeout(std::uint64_t tag) {
+  if (!transfer_ || state_ready_) return;
+  if ((tag >> 32) != transfer_->id || (tag & 0xFFFFFFFFu) != transfer_->offset / cfg_.state_chunk_floats) return;
+  const PeerId failed = transfer_->source;
+  env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, failed, "state transfer: no chunk within the deadline"));
+  if (transfer_->attempt >= cfg_.state_attempts) {
+    state_ready_ = true;  // give up: train from our own initialisation
+    transfer_.reset();
+    env_.event(ev(ProtocolEvent::Kind::StateFailed, failed, "no member delivered the model; training from our own initialisation"));
+    return;
+  }
+  std::vector<PeerId> others;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Alive && id != failed) others.push_back(id);
+  start_state_transfer(others.empty() ? failed : others[env_.rng().below(others.size())]);
+}
+
+void Gossip::on_state_request(const PeerId& from, const Message& msg) {
+  StateRequestMsg r;
+  try {
+    r = decode_state_request(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  if (r.count == 0 || r.count > (1u << 24) || r.offset > params_.size() || r.count > params_.size() - r.offset)
+    return reject(from, "state request for parameters [" + std::to_string(r.offset) + ", +" + std::to_string(r.count) +
+                            ") outside the model's " + std::to_string(params_.size()));
+  if (!state_ready_) return;  // we have no model worth giving yet: the joiner will retry elsewhere
+  const double now = env_.now();
+  for (auto it = snapshots_.begin(); it != snapshots_.end();)
+    it = now - it->second.created > kSnapshotLifetime ? snapshots_.erase(it) : std::next(it);
+  const auto key = std::make_pair(from, r.transfer_id);
+  auto it = snapshots_.find(key);
+  if (it == snapshots_.end()) {
+    if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+    it = snapshots_.emplace(key, Snapshot{encode_params(params_), clock_, now}).first;
+  }
+  auto chunk = std::make_shared<Bytes>(r.count * sizeof(float));
+  std::memcpy(chunk->data(), it->second.params->data() + r.offset * sizeof(float), chunk->size());
+  const StateChunkMsg c{r.transfer_id, r.offset, params_.size(), it->second.step, digest()};
+  if (r.offset + r.count == params_.size()) snapshots_.erase(it);  // the last chunk: done with it
+  env_.send(from, make_message(c, chunk));
+}
+
+void Gossip::on_state_chunk(const PeerId& from, const Message& msg) {
+  StateChunkMsg c;
+  try {
+    c = decode_state_chunk(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  if (!transfer_ || state_ready_ || from != transfer_->source || c.transfer_id != transfer_->id) return;  // stale
+  const std::size_t count = msg.payload_size() / sizeof(float);
+  if (c.total != params_.size() || c.offset != transfer_->offset || msg.payload_size() % sizeof(float) != 0 ||
+      count == 0 || count > params_.size() - c.offset)
+    return reject(from, "state chunk does not fit our model (offset " + std::to_string(c.offset) + ", total " +
+                            std::to_string(c.total) + ")");
+  const std::span<const float> v(reinterpret_cast<const float*>(msg.payload->data()), count);
+  if (!all_finite(v)) return reject(from, "non-finite parameters (NaN or Inf) in a state chunk");
+  merge_view(c.view);
+  heard_from(from);
+  if (c.step == 0) {
+    // The swarm has not trained yet (peers starting together): its model is the shared
+    // initialisation, so keep ours and skip the transfer.
+    state_ready_ = true;
+    transfer_.reset();
+    return;
+  }
+  std::copy(v.begin(), v.end(), transfer_->buffer.begin() + static_cast<std::ptrdiff_t>(c.offset));
+  transfer_->offset += count;
+  if (transfer_->offset < params_.size()) return request_state_chunk();
+  std::copy(transfer_->buffer.begin(), transfer_->buffer.end(), params_.begin());
+  adopted_step_ = c.step;
+  clock_ = c.step;
+  view_.self().clock = c.step;
+  state_ready_ = true;
+  ProtocolEvent e = ev(ProtocolEvent::Kind::StateReceived, from);
+  e.other = c.step;
+  transfer_.reset();
+  env_.event(e);
+}
+
+// ---- Graceful leave ----
+
+void Gossip::leave(bool handover) {
+  if (leaving_) return;
+  leaving_ = true;
+  view_.self().state = MemberState::Left;
+  std::vector<PeerId> alive;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Alive) alive.push_back(id);
+  if (alive.empty() || !state_ready_) {
+    left_ = true;
+    return;
+  }
+  // Announce to a few members (the view digests spread it further) and hand the model to one.
+  const PeerId target = handover ? alive[env_.rng().below(alive.size())] : PeerId{};
+  LeaveMsg note{0, clock_, my_weight(), params_.size(), digest()};
+  std::size_t told = 0;
+  for (const auto& id : alive)
+    if (id != target && told++ < 8) env_.send(id, make_message(note, nullptr));
+  if (handover)
+    send_leave(target);
+  else
+    left_ = true;
+}
+
+void Gossip::send_leave(const PeerId& to) {
+  leave_target_ = to;
+  ++leave_attempts_;
+  leave_seq_ = ++ping_seq_;
+  LeaveMsg m{leave_seq_, clock_, my_weight(), params_.size(), digest()};
+  env_.send(to, make_message(m, encode_params(params_)));
+  env_.set_timer(cfg_.leave_timeout_s, timer_id(kLeaveTimeout, leave_seq_));
+}
+
+void Gossip::on_leave(const PeerId& from, const Message& msg) {
+  LeaveMsg l;
+  try {
+    l = decode_leave(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  if (l.view.empty() || l.view.front().id != from || l.view.front().state != MemberState::Left)
+    return reject(from, "leave message that does not announce its sender's leave");
+  if (msg.payload) {  // hand-over: validate before anything changes
+    std::span<const float> theirs;
+    try {
+      theirs = payload_floats(msg, l.param_count);
+    } catch (const DecodeError& e) {
+      return reject(from, e.what());
+    }
+    if (l.param_count != params_.size()) return reject(from, "hand-over of a model with another parameter count");
+    if (!all_finite(theirs)) return reject(from, "non-finite parameters (NaN or Inf) in a hand-over");
+    if (!(l.weight > 0) || !std::isfinite(l.weight)) return reject(from, "bad mixing weight");
+    merge_view(l.view);
+    if (state_ready_ && !leaving_) {
+      // Take over its work: the weighted average of the two models.
+      const double a = my_weight(), b = l.weight;
+      const std::vector<float> mine(params_.begin(), params_.end());
+      stats_.last_distance = relative_distance(mine, theirs);
+      mix_into(params_, theirs, mine, b / (a + b));
+      ProtocolEvent e = ev(ProtocolEvent::Kind::Handover, from);
+      e.distance = stats_.last_distance;
+      e.other = l.clock;
+      env_.event(e);
+      env_.send(from, make_message(MsgType::LeaveAck, PingMsg{l.seq, digest(), {}}));
+    }
+    return;
+  }
+  merge_view(l.view);
+}
+
+void Gossip::on_leave_ack(const PeerId& from, const Message& msg) {
+  PingMsg p;
+  try {
+    p = decode_ping(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  if (leaving_ && p.seq == leave_seq_ && from == leave_target_) left_ = true;
+}
+
+}  // namespace rumor

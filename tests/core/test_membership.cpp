@@ -1,0 +1,179 @@
+// Membership in the in-memory cluster: SWIM detection, indirect probes, refutation, joins,
+// state transfer with retries, graceful leave with hand-over, and bad membership input.
+#include <doctest/doctest.h>
+
+#include "cluster.hpp"
+
+using namespace rumor;
+using namespace rumor::testing;
+
+namespace {
+std::vector<PeerId> seeds_for(int i) { return i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}; }
+
+double first_event_time(const Node& n, ProtocolEvent::Kind k, const PeerId& peer) {
+  (void)n;
+  (void)k;
+  (void)peer;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("membership: a crashed peer leaves every view within the configured bound") {
+  Cluster c;
+  c.cfg.probe_interval_s = 0.2;
+  c.cfg.probe_timeout_s = 0.1;
+  c.cfg.suspect_timeout_s = 0.5;
+  c.cfg.local_steps = 1000000;  // no exchanges: only the failure detector can notice
+  for (int i = 0; i < 6; ++i) c.add("p" + std::to_string(i), random_params(3, i), seeds_for(i), 10 + i);
+  c.run(2.0);
+  for (const auto& [id, n] : c.nodes) REQUIRE(n->g->view().live_count() == 5);
+  c.nodes["p4"]->alive = false;
+  // Bound: probe cycle over 5 members + timeout + indirect round + suspicion, and dissemination.
+  const double bound = 5 * 0.2 + 0.1 + 0.2 + 0.5 + 1.0;
+  c.run(2.0 + bound);
+  for (const auto& [id, n] : c.nodes) {
+    if (id == "p4") continue;
+    INFO(id);
+    const Member* m = n->g->view().find("p4");
+    REQUIRE(m);
+    CHECK(m->d.state == MemberState::Dead);
+    CHECK(n->g->view().live_count() == 4);
+  }
+}
+
+TEST_CASE("membership: indirect probes keep a peer whose direct link is broken") {
+  Cluster c;
+  c.cfg.probe_interval_s = 0.2;
+  c.cfg.probe_timeout_s = 0.1;
+  c.cfg.suspect_timeout_s = 0.5;
+  c.cfg.local_steps = 1000000;
+  for (int i = 0; i < 4; ++i) c.add("p" + std::to_string(i), random_params(3, i), seeds_for(i), 30 + i);
+  c.run(1.0);
+  c.cut.insert({"p0", "p1"});
+  c.cut.insert({"p1", "p0"});
+  c.run(6.0);
+  const Member* m = c.nodes["p0"]->g->view().find("p1");
+  REQUIRE(m);
+  CHECK(m->d.state == MemberState::Alive);
+}
+
+TEST_CASE("membership: views converge after a burst of joins through different seeds") {
+  Cluster c;
+  c.add("p0", random_params(3, 0), {}, 1);
+  c.run(0.05);
+  for (int i = 1; i < 16; ++i) c.add("p" + std::to_string(i), random_params(3, i), {"p" + std::to_string(i % 3 == 0 ? 0 : i - 1)}, 1 + i);
+  c.run(3.0);
+  for (const auto& [id, n] : c.nodes) {
+    INFO(id);
+    CHECK(n->g->view().live_count() == 15);
+  }
+}
+
+TEST_CASE("membership: a wrongly suspected peer refutes and stays in every view") {
+  Cluster c;
+  c.cfg.suspect_timeout_s = 1.0;
+  for (int i = 0; i < 4; ++i) c.add("p" + std::to_string(i), random_params(3, i), seeds_for(i), 50 + i);
+  c.run(0.5);
+  const auto inc = c.nodes["p2"]->g->view().self().incarnation;
+  // p0 wrongly suspects p2 and gossips it.
+  c.nodes["p0"]->g->on_message("p1", make_message(ExchangeBusyMsg{1, "x", {MemberDigest{"p2", inc, MemberState::Suspect, 0}}}));
+  c.run(4.0);
+  CHECK(c.nodes["p2"]->g->view().self().incarnation > inc);
+  for (const auto& [id, n] : c.nodes) {
+    if (id == "p2") continue;
+    INFO(id);
+    CHECK(n->g->view().find("p2")->d.state == MemberState::Alive);
+  }
+}
+
+TEST_CASE("membership: a joiner takes the swarm's model and step, in chunks, from another member if one dies") {
+  Cluster c;
+  c.cfg.state_chunk_floats = 7;  // several chunks for 50 parameters
+  c.cfg.state_timeout_s = 0.2;
+  c.cfg.local_steps = 1000000;
+  for (int i = 0; i < 3; ++i) c.add("p" + std::to_string(i), std::vector<float>(50, float(i + 1)), seeds_for(i), 70 + i);
+  c.run(1.0);  // everyone stepped: clocks > 0, models (1, 2, 3) are "trained"
+  c.cfg.fetch_state = true;  // the joiners below fetch the model
+  Node& j = c.add("j", std::vector<float>(50, 100.0f), {"p1"}, 99);
+  c.run(2.0);
+  CHECK(j.g->state_ready());
+  REQUIRE(j.g->adopted_step());
+  CHECK(*j.g->adopted_step() > 100);
+  INFO("j[0] " << j.params[0] << " j[49] " << j.params[49] << " p1 " << c.nodes["p1"]->params[0]);
+  CHECK(j.params == std::vector<float>(50, 2.0f));  // p1 model, complete and untorn
+  // A second joiner whose source dies after the join reply: it retries with another member.
+  Node& k = c.add("k", std::vector<float>(50, 100.0f), {"p2"}, 98);
+  c.run(2.0 + 0.007);  // JoinRequest/JoinReply done (2 x 3 ms), the first StateRequest on its way
+  c.nodes["p2"]->alive = false;
+  c.run(4.0);
+  CHECK(k.g->state_ready());
+  CHECK(k.params[0] != 100.0f);
+  CHECK(k.params[0] != 3.0f);
+  CHECK(k.env.count(ProtocolEvent::Kind::StateReceived) == 1);
+}
+
+TEST_CASE("membership: a joiner neither starts nor answers exchanges before it has the model") {
+  Cluster c;
+  c.cfg.fetch_state = true;
+  c.add("p0", std::vector<float>(10, 1.0f), {}, 1);
+  c.run(0.5);
+  c.latency = 0.05;
+  Node& j = c.add("j", std::vector<float>(10, 9.0f), {"p0"}, 2);
+  // Before any reply arrives, j asks to exchange with p0 directly: refused (busy: joining).
+  c.run(0.52);
+  CHECK(!j.g->state_ready());
+  CHECK(j.g->stats().exchanges + j.g->stats().answered == 0);
+  c.run(2.0);
+  CHECK(j.g->state_ready());
+  CHECK(j.params[0] == doctest::Approx(1.0f));
+}
+
+TEST_CASE("membership: graceful leave hands the model to a neighbour and every view marks it left") {
+  Cluster c;
+  c.cfg.local_steps = 1000000;
+  for (int i = 0; i < 4; ++i) c.add("p" + std::to_string(i), std::vector<float>(5, float(10 * i)), seeds_for(i), 80 + i);
+  c.run(1.0);
+  Node& l = *c.nodes["p3"];
+  l.g->leave();
+  c.run(1.5);
+  CHECK(l.g->left());
+  std::size_t handovers = 0;
+  for (const auto& [id, n] : c.nodes) {
+    if (id == "p3") continue;
+    handovers += n->env.count(ProtocolEvent::Kind::Handover);
+    CHECK(n->g->view().find("p3")->d.state == MemberState::Left);
+    if (n->env.count(ProtocolEvent::Kind::Handover)) CHECK(n->params[0] == doctest::Approx((std::stof(id.substr(1)) * 10 + 30) / 2));
+  }
+  CHECK(handovers == 1);
+}
+
+TEST_CASE("membership: bad membership messages change nothing") {
+  Cluster c;
+  Node& a = c.add("a", {1, 2, 3}, {}, 1);
+  Node& b = c.add("b", {4, 5, 6}, {"a"}, 2);
+  c.run(0.5);
+  const auto params = a.params;
+  const auto members = a.g->view().members().size();
+  // An impossible incarnation about b: ignored, b's refutation cannot overflow.
+  a.g->on_message("x", make_message(ExchangeBusyMsg{1, "", {MemberDigest{"b", ~std::uint64_t{0}, MemberState::Dead, 0}}}));
+  CHECK(a.g->view().find("b")->d.state == MemberState::Alive);
+  b.g->on_message("x", make_message(ExchangeBusyMsg{1, "", {MemberDigest{"b", ~std::uint64_t{0}, MemberState::Dead, 0}}}));
+  CHECK(b.g->view().self().incarnation < kMaxIncarnation);
+  // Indirect probe of an unknown peer, relayed Ack about an unknown peer, a flood of them.
+  for (int i = 0; i < 10000; ++i) {
+    a.g->on_message("b", make_message(PingReqMsg{std::uint64_t(i), "ghost" + std::to_string(i), {}}));
+    a.g->on_message("b", make_message(MsgType::Ack, PingMsg{std::uint64_t(i), {}, "ghost"}));
+  }
+  // A leave that names another peer, a hand-over with NaN, a state request out of range.
+  a.g->on_message("b", make_message(LeaveMsg{1, 0, 1.0, 3, {MemberDigest{"c", 0, MemberState::Left, 0}}}, nullptr));
+  std::vector<float> nan{NAN, 1, 1};
+  auto self_left = b.g->view().self();
+  self_left.state = MemberState::Left;
+  a.g->on_message("b", make_message(LeaveMsg{2, 0, 1.0, 3, {self_left}}, encode_params(nan)));
+  a.g->on_message("b", make_message(StateRequestMsg{1, 2, 5}));
+  CHECK(a.params == params);
+  CHECK(a.g->view().members().size() == members);
+  CHECK(a.g->view().find("b")->d.state == MemberState::Alive);
+  CHECK(a.g->stats().rejected == 3);
+  (void)first_event_time;
+}

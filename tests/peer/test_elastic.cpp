@@ -1,0 +1,161 @@
+// Elastic membership on real peers over loopback: joiners get the model, crashes are detected
+// within the bound, SIGTERM hands the model over, checkpoints survive SIGKILL and resume.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "peer/checkpoint.hpp"
+#include "swarm.hpp"
+
+using namespace rumor::test;
+namespace fs = std::filesystem;
+
+namespace {
+bool have_fmnist() { return fs::exists("/usr/share/datasets/fashion-mnist"); }
+
+std::vector<std::string> fast_detector() {
+  return {"--probe-interval", "0.2", "--suspect-timeout", "1", "--exchange-timeout", "1"};
+}
+
+// Polls until `pred` holds or `timeout_s` passes; returns the seconds it took, or -1.
+template <class F>
+double wait_until(F pred, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pred()) return t;
+    if (t > timeout_s) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+}  // namespace
+
+TEST_CASE("elastic: a joiner's first evaluation is within 2 points of its neighbours") {
+  if (!have_fmnist()) return;
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--duration", "12", "--eval-every", "100",
+                               "--min-peers", "3", "--settle", "0"};
+    f.push_back(a);
+  }
+  Swarm s("joiner", f);
+  // Let the swarm learn for a while, then start a fourth peer through peer 1.
+  REQUIRE(wait_until([&] { return metric_lines(s.metrics(0), "eval").size() >= 4; }, 60) >= 0);
+  const auto jm = s.dir / "joiner.jsonl";
+  Process joiner({"--shard", "4/4", "--duration", "3", "--eval-every", "100", "--join", s.peers[1]->listen_address(),
+                  "--metrics", jm.string(), "--name", "joiner", "--settle", "0"},
+                 s.dir / "joiner.log");
+  REQUIRE(joiner.wait(60) == 0);
+  REQUIRE(s.wait_all(60));
+  const auto evals = metric_lines(jm, "eval");
+  REQUIRE(!evals.empty());
+  REQUIRE(metric_lines(jm, "state_received").size() == 1);
+  const double first = field(evals.front(), "test_acc");
+  // The neighbours' accuracy around then: peer 1's eval lines bracket the join.
+  const auto n1 = metric_lines(s.metrics(1), "eval");
+  double best = 0;
+  for (const auto& l : n1) best = std::max(best, field(l, "test_acc"));
+  const double around = field(n1[n1.size() / 2], "test_acc");
+  INFO("joiner first eval " << first << ", neighbour mid-run " << around << ", best " << best);
+  CHECK(first > 0.7);  // not a random model (0.1)
+  CHECK(std::abs(first - around) <= 0.02 + (best - around));
+  CHECK(field(evals.front(), "step") > 50);  // it took the swarm's step too
+}
+
+TEST_CASE("elastic: after SIGKILL every surviving view drops the dead peer within the bound") {
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 4; ++i) {
+    auto a = fast_detector();
+    a.insert(a.end(), {"--data", "synthetic", "--model", "mlp:64", "--duration", "10", "--shard",
+                       std::to_string(i + 1) + "/4", "--min-peers", "4", "--local-steps", "1000000", "--settle", "0"});
+    f.push_back(a);
+  }
+  Swarm s("sigkill", f);
+  REQUIRE(wait_until([&] { return metric_lines(s.metrics(3), "eval").size() >= 1; }, 60) >= 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  s.peers[2]->signal(SIGKILL);
+  // Bound: probes every 0.2 s over 3 members, 0.1 s timeout, an indirect round, 1 s suspicion.
+  const double bound = 3 * 0.2 + 0.1 + 0.2 + 1.0 + 0.5;
+  const double took = wait_until(
+      [&] {
+        for (int i : {0, 1, 3})
+          if (metric_lines(s.metrics(i), "dead").empty()) return false;
+        return true;
+      },
+      10);
+  INFO("every survivor marked it dead after " << took << " s");
+  CHECK(took >= 0);
+  CHECK(took <= bound);
+  for (int i : {0, 1, 3}) CHECK(s.peers[i]->wait(30) == 0);
+}
+
+TEST_CASE("elastic: SIGTERM exits 0 in time and its model reaches a neighbour") {
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 3; ++i)
+    f.push_back({"--data", "synthetic", "--model", "mlp:64", "--duration", "20", "--shard", std::to_string(i + 1) + "/3",
+                 "--min-peers", "3"});
+  Swarm s("sigterm", f);
+  REQUIRE(wait_until([&] { return metric_lines(s.metrics(2), "eval").size() >= 1; }, 60) >= 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  s.peers[1]->signal(SIGTERM);
+  REQUIRE(s.peers[1]->wait(10) == 0);
+  const double exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(exit_s < 5.0);
+  const std::string id = s.peers[1]->listen_address();
+  std::size_t handovers = 0;
+  for (int i : {0, 2})
+    for (const auto& l : metric_lines(s.metrics(i), "handover")) handovers += l.find(id) != std::string::npos;
+  CHECK(handovers == 1);
+  for (int i : {0, 2}) {
+    CHECK(wait_until([&] { return !metric_lines(s.metrics(i), "leave").empty(); }, 5) >= 0);
+    s.peers[i]->signal(SIGINT);
+    CHECK(s.peers[i]->wait(15) == 0);
+  }
+}
+
+TEST_CASE("elastic: SIGKILL while checkpointing never leaves a checkpoint that loads wrong, and resume continues") {
+  auto d = temp_dir("ckpt");
+  const auto ck = d / "ck";
+  std::mt19937 rng(7);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::string> a{"--data", "synthetic", "--model", "mlp:256", "--duration", "30", "--checkpoint",
+                               ck.string(), "--checkpoint-every", "0.02"};
+    if (round) a.push_back("--resume");
+    Process p(a, d / ("log" + std::to_string(round)));
+    REQUIRE(!p.listen_address().empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(600 + rng() % 700));
+    p.signal(SIGKILL);
+    p.wait(10);
+    // Every complete checkpoint file reads back whole; partial writes are only ever .tmp files.
+    std::size_t good = 0;
+    for (const auto& e : fs::directory_iterator(ck)) {
+      if (e.path().extension() != ".rkpt") continue;
+      CHECK_NOTHROW(rumor::peer::read_checkpoint(e.path().string()));
+      ++good;
+    }
+    CHECK(good >= 1);
+  }
+  // Corrupt the newest: resume must report it and use the one before.
+  std::vector<fs::path> all;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().extension() == ".rkpt") all.push_back(e.path());
+  std::sort(all.begin(), all.end());
+  REQUIRE(all.size() >= 2);
+  {
+    std::fstream f(all.back(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  const auto expected = rumor::peer::read_checkpoint(all[all.size() - 2].string()).position.step;
+  Process r({"--data", "synthetic", "--model", "mlp:256", "--steps", std::to_string(expected + 50), "--checkpoint",
+             ck.string(), "--resume", "--metrics", (d / "m.jsonl").string()},
+            d / "resume.log");
+  REQUIRE(r.wait(60) == 0);
+  CHECK(r.log().find("unusable") != std::string::npos);
+  const auto evals = metric_lines(d / "m.jsonl", "eval");
+  REQUIRE(!evals.empty());
+  CHECK(field(evals.front(), "step") == expected);
+  CHECK(field(metric_lines(d / "m.jsonl", "done").back(), "steps") == expected + 50);
+}
