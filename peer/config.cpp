@@ -97,6 +97,26 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--codec", c.codec, "Parameter encoding on the wire: none, fp16, int8, or topk (sparse residuals with error feedback, docs/ARCHITECTURE.md)")
       ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8", "topk"}))->capture_default_str();
 
+  auto* g_trust = "Trust (docs/security.md)";
+  app.add_option("--swarm-key", c.swarm_key_path,
+                 "Secret shared by the swarm's members (a file of at least 16 bytes, e.g. head -c 32 /dev/urandom "
+                 "> swarm.key): every connection must prove it (HMAC-SHA256 challenge-response). Without it the "
+                 "swarm is open")
+      ->group(g_trust);
+  app.add_option("--tls-cert", c.tls_cert, "TLS 1.3: this peer's certificate (PEM), signed by --tls-ca")->group(g_trust);
+  app.add_option("--tls-key", c.tls_key, "TLS 1.3: the private key of --tls-cert (PEM)")->group(g_trust);
+  app.add_option("--tls-ca", c.tls_ca, "TLS 1.3: the CA certificate (PEM) every member's certificate must be signed by")
+      ->group(g_trust);
+  app.add_flag("--robust", c.robust,
+               "Robust mixing: a neighbour's model far beyond the distances the swarm has been showing is clipped, "
+               "or refused (non-finite parameters are always refused)")
+      ->group(g_trust);
+  app.add_option("--robust-clip", c.robust_clip, "With --robust: clip beyond this many typical distances")
+      ->group(g_trust)->check(CLI::Range(1.0, 1e6))->capture_default_str();
+  app.add_option("--robust-refuse", c.robust_refuse,
+                 "With --robust: refuse beyond this many typical distances (0: never refuse, only clip)")
+      ->group(g_trust)->check(CLI::Range(0.0, 1e12))->capture_default_str();
+
   auto* g_dev = "Compute";
   app.add_option("--device", c.device, "Where the math runs: cpu")->group(g_dev)->capture_default_str();
   app.add_option("--threads", c.threads, "Math threads")->group(g_dev)->check(CLI::Range(1, 256))->capture_default_str();
@@ -154,6 +174,11 @@ ParseResult parse_command_line(int argc, char** argv) {
         throw std::invalid_argument("bad --staleness '" + staleness + "': expected a whole number of steps >= 0, or inf");
       c.staleness = v;
     }
+    const int tls_given = !c.tls_cert.empty() + !c.tls_key.empty() + !c.tls_ca.empty();
+    if (tls_given != 0 && tls_given != 3)
+      throw std::invalid_argument("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
+    if (c.robust_refuse != 0 && c.robust_refuse < c.robust_clip)
+      throw std::invalid_argument("--robust-refuse must be 0 or at least --robust-clip");
     parse_host_port(c.listen, "--listen", true);
     for (const auto& j : c.join) parse_host_port(j, "--join", false);
   } catch (const std::invalid_argument& e) {

@@ -18,6 +18,7 @@
 #include "core/env.hpp"
 #include "core/gossip.hpp"
 #include "core/trainer.hpp"
+#include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/checkpoint.hpp"
 #include "peer/data_files.hpp"
@@ -126,7 +127,15 @@ int Daemon::run() {
   if (cfg_.device != "cpu")
     throw std::invalid_argument("--device " + cfg_.device + ": this build only has the cpu backend");
   set_math_threads(cfg_.threads);
-  MetricsWriter metrics(cfg_.metrics_path);
+  // Trust: a bad key file fails here, before anything slow (std::invalid_argument: exit 2).
+  Bytes swarm_key;
+  if (!cfg_.swarm_key_path.empty()) {
+    net::SwarmKey k = net::load_swarm_key(cfg_.swarm_key_path);
+    if (k.readable_by_others)
+      log_->warn("--swarm-key '{}' can be read by other users of this machine (chmod 600 it)", cfg_.swarm_key_path);
+    swarm_key = std::move(k.secret);
+  }
+  MetricsWriter metrics(cfg_.metrics_path, cfg_.resume);
 
   const auto t_load = Clock::now();
   Task task = load_task(cfg_.data);
@@ -175,6 +184,10 @@ int Daemon::run() {
   ncfg.listen_port = listen.port;
   ncfg.fingerprint = trainer.model().fingerprint();
   ncfg.max_payload_bytes = trainer.model().param_count() * sizeof(float) + (1u << 20);
+  ncfg.swarm_key = swarm_key;
+  ncfg.tls_cert = cfg_.tls_cert;
+  ncfg.tls_key = cfg_.tls_key;
+  ncfg.tls_ca = cfg_.tls_ca;
   std::uint64_t transport_rejected = 0;
   net::TransportEvents nev;
   nev.on_message = [&inbox](const PeerId& from, Message&& m) {
@@ -195,6 +208,15 @@ int Daemon::run() {
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 5) != 0)
     log_->debug("could not lower the compute thread's priority");
   log_->info("listening on {}{}", self_id, cfg_.join.empty() ? " (new swarm)" : "");
+  if (swarm_key.empty() && cfg_.tls_ca.empty())
+    log_->warn("swarm is open: anyone who can reach {} can join (use --swarm-key)", self_id);
+  else
+    log_->info("trust: {}{}", swarm_key.empty() ? "" : "swarm key required (HMAC-SHA256 challenge-response)",
+               cfg_.tls_ca.empty() ? "" : fmt::format("{}TLS 1.3, certificates signed by {}", swarm_key.empty() ? "" : "; ",
+                                                      cfg_.tls_ca));
+  metrics.write("start", {{"peer", self_id},
+                          {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+                          {"t_offset", metrics.elapsed()}});
   log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.local_steps, cfg_.codec,
              bounded_str(cfg_.staleness), cfg_.mix_weight,
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());
@@ -212,6 +234,12 @@ int Daemon::run() {
   // (--min-peers) share their initialisation, so neither fetches the swarm's state.
   gc.fetch_state = !cfg_.resume && cfg_.min_peers <= 1;
   gc.codec = parse_codec(cfg_.codec);
+  gc.robust.enabled = cfg_.robust;
+  gc.robust.clip_factor = cfg_.robust_clip;
+  gc.robust.refuse_factor = cfg_.robust_refuse;
+  if (cfg_.robust)
+    log_->info("robust mixing: models beyond {} typical distances are clipped, beyond {} refused", cfg_.robust_clip,
+               cfg_.robust_refuse > 0 ? fmt::format("{}", cfg_.robust_refuse) : std::string("never"));
   // Incarnation from the wall clock, so a peer restarted on the same address outranks its
   // earlier life in every view.
   const auto incarnation = static_cast<std::uint64_t>(
@@ -305,7 +333,9 @@ int Daemon::run() {
                            {"stale", gossip.stats().stale},
                            {"waits", waits},
                            {"wait_s", wait_seconds},
-                           {"max_gap", max_gap}});
+                           {"max_gap", max_gap},
+                           {"robust_clipped", gossip.stats().robust_clipped},
+                           {"robust_refused", gossip.stats().robust_refused}});
     interval_seconds = 0;
     interval_samples = 0;
     max_gap = 0;

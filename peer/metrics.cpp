@@ -31,9 +31,9 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), "w");
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) throw std::runtime_error("cannot write metrics file '" + path + "': " + std::strerror(errno));
 }
 

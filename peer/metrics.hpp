@@ -21,7 +21,8 @@ class MetricsWriter {
   MetricsWriter() = default;
   // Opens (truncates) `path`; throws std::runtime_error naming the path on failure.
   // An empty path makes a writer that drops everything.
-  explicit MetricsWriter(const std::string& path);
+  // `append`: keep what the file has (a resumed peer continues its own file).
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
