@@ -409,16 +409,30 @@ TEST_CASE("transport: hostile raw clients are rejected and the transport keeps w
 }
 
 TEST_CASE("transport: send to a port where nothing listens fails within the connect timeout") {
+  // A refused connect on loopback fails at once. The three messages must all be queued on the
+  // one connection attempt before it can fail, or a later send() would (rightly) dial again
+  // and fail again: on a busy machine this thread can be preempted between two send()s for
+  // longer than the refusal takes. So the I/O thread is held (bounded) while they are queued;
+  // the transport then handles the three sends, in order, before the connect's completion.
+  std::atomic<bool> holding{false}, release{false};  // outlive `a`, whose I/O thread reads them
   Node a;
   const PeerId nobody = "127.0.0.1:" + std::to_string(dead_port());
+  a.t->post_after(0.0, [&] {
+    holding = true;
+    const auto until = Clock::now() + 3s;  // never hold it forever, even if the test fails
+    while (!release && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  });
+  REQUIRE(wait_until([&] { return holding.load(); }, 2.0));
   const auto t0 = Clock::now();
   for (std::uint32_t i = 0; i < 3; ++i) a.t->send(nobody, make_message(MsgType::JoinRequest, 4, 10, i));
+  release = true;
   REQUIRE(wait_until([&] { return a.rec.n_send_failed() >= 1; }, 2.0));
   CHECK(since(t0) < 0.5 + 0.2);
   const auto f = a.rec.send_failed_at(0);
   CHECK(f.peer == nobody);
   CHECK(f.reason.find("connect to " + nobody) != std::string::npos);
   std::this_thread::sleep_for(100ms);
+  CHECK(a.t->stats().dialed == 1);    // one connection attempt for the three messages
   CHECK(a.rec.n_send_failed() == 1);  // once for the failure, not once per message
   CHECK(a.t->flush(0.5));             // the dropped messages no longer count as queued
 
