@@ -63,6 +63,7 @@ def main(out):
             print("matplotlib missing: no plot")
 
     runs = [("fast-unthrottled", "no peer throttled"), ("slow-tauinf", "p1 5x slower, TAU=inf"),
+            ("slow-tau500", "p1 5x slower, TAU=500"),
             ("slow-tau16", "p1 5x slower, TAU=16"), ("slow-tau0", "p1 5x slower, TAU=0")]
     rows = []
     for name, label in runs:

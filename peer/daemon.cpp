@@ -440,18 +440,30 @@ int Daemon::run() {
   drain();
   // Settle: no more training, but keep exchanging (and answering) for a moment, so each peer
   // leaves with close to the swarm's average model rather than its own last local steps. It
-  // lasts while peers in the view are still behind our clock (still training) or the models
-  // still differ, and at most --settle seconds.
+  // lasts while peers in the view are still behind our clock (still training), at the pace
+  // training had (one exchange per H steps' worth of time, so it costs no more bytes than
+  // training did), then for a few more exchanges until the models agree; at most --settle s.
   if (rc == 0 && !stop_.load() && cfg_.settle_s > 0 && gossip.view().live_count() > 0) {
     const auto t_settle = Clock::now();
     const std::uint64_t before = exchanges();
+    const std::uint64_t initiated_before = gossip.stats().exchanges;
+    const double tick = trainer.steps() ? std::max(0.002, train_seconds / static_cast<double>(trainer.steps()) *
+                                                              static_cast<double>(cfg_.local_steps))
+                                        : 0.01;
     int close = 0;  // consecutive exchanges with (numerically) the same model
     std::uint64_t seen = before;
-    auto settled = [&] { return close >= 4 && gossip.slowest_clock() >= trainer.steps(); };
+    auto settled = [&] {
+      if (gossip.slowest_clock() < trainer.steps()) return false;  // others still training
+      return close >= 4 || gossip.stats().exchanges - initiated_before >= 8;
+    };
+    auto last_tick = Clock::now() - std::chrono::hours(1);
     while (seconds_since(t_settle) < cfg_.settle_s && !stop_.load() && gossip.view().live_count() > 0 && !settled()) {
       inbox.wait_for(std::chrono::milliseconds(2));
       drain();
-      gossip.on_idle();
+      if (seconds_since(last_tick) >= tick) {
+        gossip.on_idle();
+        last_tick = Clock::now();
+      }
       if (exchanges() != seen) {
         seen = exchanges();
         close = gossip.stats().last_distance < 1e-6 ? close + 1 : 0;
