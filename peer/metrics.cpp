@@ -62,7 +62,8 @@ void MetricsWriter::write(const char* event, std::initializer_list<Field> fields
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, double>) {
             if (std::isfinite(v)) {
-              std::snprintf(buf, sizeof buf, "%.6g", v);
+              // Large values (wall-clock times, byte counts as doubles) keep millisecond digits.
+              std::snprintf(buf, sizeof buf, std::abs(v) >= 1e6 ? "%.3f" : "%.6g", v);
               line += buf;
             } else {
               line += "null";  // JSON has no NaN/Inf
