@@ -154,19 +154,23 @@ bool Gossip::screen_model(const PeerId& from, RobustMix& robust, std::span<const
                           std::span<const float> ours, std::optional<std::uint64_t> busy_id) {
   if (!robust.enabled()) return true;
   RobustMix::Verdict v;
-  const std::span<const float> out = robust.screen(model, ours, robust_scratch_, v);
+  const std::span<const float> out = robust.screen(from, model, ours, robust_scratch_, v);
   if (v.action == RobustMix::Action::Accept) return true;
   if (v.action == RobustMix::Action::Clip) {
     ++stats_.robust_clipped;
     model = out;
     return true;
   }
-  ++stats_.robust_refused;
-  std::ostringstream why;
-  why.precision(4);
-  why << "robust mixing: model at distance " << v.distance << " from ours, " << v.distance / v.typical
-      << " times the typical " << v.typical << ": refused, nothing mixed";
-  env_.event(ev(ProtocolEvent::Kind::Rejected, from, why.str()));
+  // Reported for the 1st, 2nd, 4th, 8th... refusal, so that a flood does not flood the log too
+  // (the count is in the stats either way).
+  const std::uint64_t n = ++stats_.robust_refused;
+  if ((n & (n - 1)) == 0) {
+    std::ostringstream why;
+    why.precision(4);
+    why << "robust mixing: model at distance " << v.distance << " from ours, " << v.distance / v.typical
+        << " times the typical " << v.typical << ": refused, nothing mixed (" << n << " refused so far)";
+    env_.event(ev(ProtocolEvent::Kind::Rejected, from, why.str()));
+  }
   if (busy_id) env_.send(from, make_message(ExchangeBusyMsg{*busy_id, "refused: model too far from ours (robust mixing)", digest()}));
   return false;
 }

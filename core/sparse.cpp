@@ -73,6 +73,7 @@ SparseSelection decode_sparse_request(std::span<const std::uint8_t> b, std::size
   if (b.size() != 4 + 8 * std::uint64_t{k})
     throw DecodeError("sparse payload of " + std::to_string(b.size()) + " bytes does not match its count " + std::to_string(k));
   SparseSelection s;
+  if (k == 0) return s;  // (memcpy into an empty vector's null data() is undefined, even for 0 bytes)
   s.indices.resize(k);
   s.values.resize(k);
   std::memcpy(s.indices.data(), b.data() + 4, 4 * std::size_t{k});
@@ -93,7 +94,7 @@ std::vector<float> decode_sparse_reply(std::span<const std::uint8_t> b, std::siz
   if (b.size() != 4 + 4 * k || kk != k)
     throw DecodeError("sparse reply of " + std::to_string(b.size()) + " bytes, expected " + std::to_string(k) + " values");
   std::vector<float> v(k);
-  std::memcpy(v.data(), b.data() + 4, 4 * k);
+  if (k > 0) std::memcpy(v.data(), b.data() + 4, 4 * k);
   if (!all_finite(v)) throw DecodeError("non-finite parameters (NaN or Inf) in the payload");
   return v;
 }

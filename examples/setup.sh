@@ -2,7 +2,8 @@
 # Sourced, not run.
 
 RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libcereal-dev
-  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev dataset-fashion-mnist python3-matplotlib)
+  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev openssl dataset-fashion-mnist
+  python3-matplotlib)
 
 rumor_install_packages() {
   local missing=()

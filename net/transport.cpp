@@ -6,10 +6,13 @@
 // send it is written from the caller's shared buffer, also never copied).
 //
 // Life of a session (docs/wire.md has the protocol side):
-//   outbound: Connecting (connect deadline) -> Handshaking -> Open
-//   inbound:                                   Handshaking -> Open
-// Both sides send Hello first. Application frames wait in the queue until the remote's Hello
-// has been checked, so nothing is written to a peer with a different model. Once Open, the
+//   outbound: Connecting (connect deadline) -> [TlsHandshaking] -> Handshaking -> Open
+//   inbound:                                   [TlsHandshaking] -> Handshaking -> Open
+// With --tls-* the TCP stream is wrapped in TLS 1.3 with mutual certificates first. The
+// handshake proper (a Hello each way, or with a swarm key the challenge-response) is the pure
+// state machine of net/handshake.hpp; its frames go out ahead of everything else (a separate
+// control queue). Application frames wait in the queue until the remote has been checked, so
+// nothing is written to a peer with a different model or without the key. Once Open, the
 // session is registered under the remote's peer id (and, outbound, under the address we
 // dialled) so that send() reuses it; the most recently registered session wins.
 //
@@ -24,7 +27,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <openssl/ssl.h>
+
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -43,6 +49,7 @@
 
 #include "core/check.hpp"
 #include "net/frame.hpp"
+#include "net/handshake.hpp"
 
 namespace rumor::net {
 
@@ -51,9 +58,11 @@ namespace {
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-// Until the handshake is done a remote is a stranger: it may send one small Hello and nothing
-// bigger (decode_hello caps its strings at 255 + 1024 bytes).
-constexpr FrameLimits kHandshakeLimits{4096, 0};
+using TlsStream = asio::ssl::stream<tcp::socket>;
+
+// A swarm key's challenge-response refuses a remote nonce equal to one we issued; this many of
+// the latest are remembered (32 bytes each).
+constexpr std::size_t kRememberedNonces = 4096;
 
 Clock::duration seconds(double s) {
   if (!(s > 0)) return Clock::duration::zero();
@@ -130,6 +139,7 @@ struct TransportCore {
   TransportEvents ev;
   std::shared_ptr<spdlog::logger> log;
   std::shared_ptr<PayloadPool> pool;  // shared by all sessions' decoders; may be null
+  std::unique_ptr<asio::ssl::context> tls;  // set by start() when TLS is configured
 
   // Declared before everything that holds a socket or timer, so destroyed after them.
   asio::io_context io{1};
@@ -149,6 +159,29 @@ struct TransportCore {
   std::map<PeerId, std::shared_ptr<Session>> by_peer;
   std::set<std::shared_ptr<asio::steady_timer>> user_timers;
   std::uint64_t register_seq = 0;
+  std::set<Nonce> issued_nonces;  // the latest kRememberedNonces we sent (keyed swarms)
+  std::deque<Nonce> issued_order;
+
+  Nonce issue_nonce() {
+    const Nonce n = random_nonce();
+    if (!cfg.swarm_key.empty()) {
+      issued_nonces.insert(n);
+      issued_order.push_back(n);
+      if (issued_order.size() > kRememberedNonces) {
+        issued_nonces.erase(issued_order.front());
+        issued_order.pop_front();
+      }
+    }
+    return n;
+  }
+  HandshakeConfig handshake_config() {
+    HandshakeConfig h;
+    h.local_id = local;
+    h.fingerprint = cfg.fingerprint;
+    h.key = cfg.swarm_key;
+    h.is_own_nonce = [this](const Nonce& n) { return issued_nonces.count(n) > 0; };
+    return h;
+  }
 
   std::atomic<std::uint64_t> bytes_sent{0}, bytes_recv{0}, frames_sent{0}, frames_recv{0},
       rejected{0}, accepted{0}, dialed{0};
@@ -182,16 +215,22 @@ class Session : public std::enable_shared_from_this<Session> {
   using Impl = TransportCore;
 
   // Inbound: an accepted socket.
-  Session(Impl& t, tcp::socket sock) : t_(t), socket_(std::move(sock)), resolver_(t.io),
-        read_timer_(t.io), write_timer_(t.io), decoder_(kHandshakeLimits, t.pool) {
+  Session(Impl& t, tcp::socket sock)
+      : t_(t), socket_(t.tls ? tcp::socket(t.io) : std::move(sock)), resolver_(t.io), read_timer_(t.io),
+        write_timer_(t.io), decoder_(kHandshakeLimits, t.pool),
+        hs_(HandshakeRole::Listener, t.handshake_config(), t.issue_nonce()) {
+    if (t.tls) tls_ = std::make_unique<TlsStream>(std::move(sock), *t.tls);
     asio::error_code ec;
-    const auto ep = socket_.remote_endpoint(ec);
+    const auto ep = lowest().remote_endpoint(ec);
     endpoint_ = ec ? std::string("unknown remote") : endpoint_id(ep);
   }
   // Outbound: we will dial `to`.
   Session(Impl& t, PeerId to) : t_(t), socket_(t.io), resolver_(t.io), read_timer_(t.io),
-        write_timer_(t.io), decoder_(kHandshakeLimits, t.pool), state_(State::Connecting),
-        dial_(std::move(to)) {}
+        write_timer_(t.io), decoder_(kHandshakeLimits, t.pool),
+        hs_(HandshakeRole::Dialler, t.handshake_config(), t.issue_nonce()), state_(State::Connecting),
+        dial_(std::move(to)) {
+    if (t.tls) tls_ = std::make_unique<TlsStream>(t.io, *t.tls);
+  }
 
   const PeerId& remote_id() const { return remote_id_; }
   const PeerId& dial_target() const { return dial_; }
@@ -199,13 +238,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool names(const PeerId& id) const { return id == remote_id_ || id == dial_; }
   std::uint64_t seq = 0;  // registration order (most recent wins in by_peer)
 
-  void start_inbound() {
-    queue_hello();
-    on_connected();
-  }
+  void start_inbound() { on_connected(); }
 
   void start_outbound() {
-    queue_hello();
     write_deadline_ = Clock::now() + seconds(t_.cfg.connect_timeout_s);
     watch_write();
     HostPort hp;
@@ -256,8 +291,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool was_open = state_ == State::Open;
     state_ = State::Closed;
     asio::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    lowest().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest().close(ignored);
     resolver_.cancel();
     read_timer_.cancel();
     write_timer_.cancel();
@@ -265,6 +300,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::uint64_t app_frames = 0;
     for (const auto& f : queue_) app_frames += f.app ? 1 : 0;
     queue_.clear();
+    control_.clear();
     queued_bytes_ = 0;
     auto self = shared_from_this();  // keep us alive through the callbacks below
     t_.unregister_session(this);
@@ -288,7 +324,16 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  enum class State { Connecting, Handshaking, Open, Closed };
+  enum class State { Connecting, TlsHandshaking, Handshaking, Open, Closed };
+
+  // The TCP socket under any TLS layer (connect, options, shutdown, close).
+  tcp::socket& lowest() { return tls_ ? tls_->next_layer() : socket_; }
+  // Runs `f` on the stream frames are read from and written to: TLS or plain TCP.
+  template <class F>
+  void with_stream(F&& f) {
+    if (tls_) f(*tls_);
+    else f(socket_);
+  }
 
   // For logs and on_rejected: the peer id once the Hello told us, else the address we dialled,
   // else the remote endpoint "ip:port".
@@ -298,22 +343,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // For on_send_failed: the id the caller sent to.
   const PeerId& send_id() const { return !dial_.empty() ? dial_ : name(); }
 
-  void queue_hello() {
-    Hello h;
-    h.peer_id = t_.local;
-    h.fingerprint = t_.cfg.fingerprint;
+  // A handshake frame: written before any application frame (and after the one in flight).
+  void queue_control(Message m) {
     OutFrame f;
-    f.msg.type = MsgType::Hello;
-    f.msg.header = encode_hello(h);
-    f.fixed = encode_frame_header(f.msg);
+    f.fixed = encode_frame_header(m);
+    f.msg = std::move(m);
     f.app = false;
     queued_bytes_ += f.size();
-    queue_.push_front(std::move(f));
+    control_.push_back(std::move(f));
   }
 
   void connect(std::vector<tcp::endpoint> eps) {
     ++t_.dialed;
-    asio::async_connect(socket_, eps,
+    asio::async_connect(lowest(), eps,
                         [self = shared_from_this()](const asio::error_code& ec, const tcp::endpoint&) {
                           if (self->closed()) return;
                           if (ec) {
@@ -326,14 +368,35 @@ class Session : public std::enable_shared_from_this<Session> {
                         });
   }
 
+  // TCP is up: TLS first if configured, then the handshake, all within handshake_timeout_s.
   void on_connected() {
-    state_ = State::Handshaking;
     asio::error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);
+    lowest().set_option(tcp::no_delay(true), ignored);
     last_activity_ = Clock::now();
     read_deadline_ = last_activity_ + seconds(t_.cfg.handshake_timeout_s);
     watch_read();
     if (dial_.empty()) watch_write();  // outbound sessions watch since start_outbound()
+    if (!tls_) {
+      begin_handshake();
+      return;
+    }
+    state_ = State::TlsHandshaking;
+    tls_->async_handshake(dial_.empty() ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+                          [self = shared_from_this()](const asio::error_code& ec) {
+                            if (self->closed()) return;
+                            if (ec) {
+                              self->close(CloseKind::Rejected, "TLS handshake failed: " + ec.message());
+                              return;
+                            }
+                            self->last_activity_ = Clock::now();
+                            self->begin_handshake();
+                          });
+  }
+
+  void begin_handshake() {
+    state_ = State::Handshaking;
+    for (auto& m : hs_.start()) queue_control(std::move(m));
+    decoder_.set_limits(hs_.limits());
     do_read();
     do_write();
   }
@@ -342,10 +405,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void do_read() {
     const auto buf = decoder_.prepare();
-    socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
-                            [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
-                              self->on_read(ec, n);
-                            });
+    with_stream([&](auto& stream) {
+      stream.async_read_some(asio::buffer(buf.data(), buf.size()),
+                             [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
+                               self->on_read(ec, n);
+                             });
+    });
   }
 
   void on_read(const asio::error_code& ec, std::size_t n) {
@@ -360,7 +425,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                        std::to_string(decoder_.frame_bytes_received()) + " of " +
                                        std::to_string(decoder_.frame_bytes_expected()) + " bytes (" +
                                        ec.message() + ")");
-      } else if (ec == asio::error::eof) {
+      } else if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
         close(CloseKind::Quiet, "closed by the remote");
       } else {
         close(CloseKind::Quiet, "read failed: " + ec.message());
@@ -390,7 +455,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_frame(Message msg) {
     if (state_ != State::Open) {
-      on_hello(msg);
+      on_handshake_frame(msg);
       return;
     }
     if (msg.type == MsgType::Hello) {
@@ -400,28 +465,17 @@ class Session : public std::enable_shared_from_this<Session> {
     if (t_.ev.on_message) t_.ev.on_message(remote_id_, std::move(msg));
   }
 
-  void on_hello(const Message& msg) {
-    if (msg.type != MsgType::Hello) {
-      close(CloseKind::Rejected, std::string("expected Hello as the first frame, got ") +
-                                     msg_type_name(msg.type));
+  void on_handshake_frame(const Message& msg) {
+    Handshake::Step step = hs_.on_frame(msg);
+    if (!hs_.remote_id().empty()) remote_id_ = hs_.remote_id();  // names it in a rejection too
+    if (step.status == Handshake::Status::Failed) {
+      close(CloseKind::Rejected, step.reason);
       return;
     }
-    Hello h;
-    try {
-      h = decode_hello(msg.header);
-    } catch (const std::exception& e) {
-      close(CloseKind::Rejected, e.what());
-      return;
-    }
-    remote_id_ = h.peer_id;  // named in the rejections below; registered only if they pass
-    if (h.version != kProtocolVersion) {
-      close(CloseKind::Rejected, "Hello says protocol version " + std::to_string(h.version) +
-                                     ", we speak " + std::to_string(kProtocolVersion));
-      return;
-    }
-    if (h.fingerprint != t_.cfg.fingerprint) {
-      close(CloseKind::Rejected, "model fingerprint mismatch: ours '" + t_.cfg.fingerprint +
-                                     "', theirs '" + h.fingerprint + "'");
+    for (auto& m : step.send) queue_control(std::move(m));
+    if (step.status == Handshake::Status::Continue) {
+      decoder_.set_limits(hs_.limits());
+      do_write();
       return;
     }
     state_ = State::Open;
@@ -431,7 +485,7 @@ class Session : public std::enable_shared_from_this<Session> {
       t_.log->debug("net: handshake with {} (dialled as {}) done", remote_id_, dial_);
     else
       t_.log->debug("net: handshake with {} done", remote_id_);
-    do_write();  // releases the application frames held back until now
+    do_write();  // our last handshake frame, then the application frames held back until now
   }
 
   void update_read_deadline() {
@@ -470,7 +524,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_deadline_passed() {
     if (state_ != State::Open) {
-      std::string reason = "no valid Hello within " + fmt_seconds(t_.cfg.handshake_timeout_s);
+      const std::string limit = fmt_seconds(t_.cfg.handshake_timeout_s);
+      std::string reason = state_ == State::TlsHandshaking ? "TLS handshake not completed within " + limit
+                           : hs_.keyed()                   ? "swarm-key handshake not completed within " + limit
+                                                           : "no valid Hello within " + limit;
       if (decoder_.in_frame())
         reason += " (" + std::to_string(decoder_.frame_bytes_received()) + " of " +
                   std::to_string(decoder_.frame_bytes_expected()) + " bytes arrived)";
@@ -492,7 +549,7 @@ class Session : public std::enable_shared_from_this<Session> {
       read_deadline_ = idle_until;
       return;
     }
-    if (writing_ || !queue_.empty()) {
+    if (writing_ || !queue_.empty() || !control_.empty()) {
       read_deadline_ = now + seconds(t_.cfg.idle_timeout_s);
       return;
     }
@@ -502,10 +559,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- writing ----
 
   void do_write() {
-    if (writing_ || queue_.empty()) return;
+    if (writing_) return;
     if (state_ != State::Handshaking && state_ != State::Open) return;
-    OutFrame& f = queue_.front();
-    if (state_ != State::Open && f.app) return;  // held until the remote's Hello checked out
+    const bool control = !control_.empty();
+    if (!control && (queue_.empty() || state_ != State::Open)) return;  // app frames wait for Open
+    OutFrame& f = control ? control_.front() : queue_.front();
+    writing_control_ = control;
     writing_ = true;
     const std::size_t size = f.size();
     set_write_deadline(Clock::now() + seconds(frame_allowance_s(size)));
@@ -517,16 +576,18 @@ class Session : public std::enable_shared_from_this<Session> {
     // 100 MB.
     // (asio skips the condition after the last write; on_written counts the rest.)
     write_counted_ = 0;
-    asio::async_write(
-        socket_, bufs,
-        [this](const asio::error_code& ec, std::size_t done) -> std::size_t {
-          count_written(done);
-          return ec ? 0 : std::size_t{64} << 20;
-        },
-        [self = shared_from_this()](const asio::error_code& ec, std::size_t done) {
-          self->count_written(done);
-          self->on_written(ec);
-        });
+    with_stream([&](auto& stream) {
+      asio::async_write(
+          stream, bufs,
+          [this](const asio::error_code& ec, std::size_t done) -> std::size_t {
+            count_written(done);
+            return ec ? 0 : std::size_t{64} << 20;
+          },
+          [self = shared_from_this()](const asio::error_code& ec, std::size_t done) {
+            self->count_written(done);
+            self->on_written(ec);
+          });
+    });
   }
 
   void count_written(std::size_t done) {
@@ -545,9 +606,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     ++t_.frames_sent;
     last_activity_ = Clock::now();
-    const bool app = queue_.front().app;
-    queued_bytes_ -= queue_.front().size();
-    queue_.pop_front();
+    auto& q = writing_control_ ? control_ : queue_;
+    const bool app = q.front().app;
+    queued_bytes_ -= q.front().size();
+    q.pop_front();
     write_deadline_ = Clock::time_point::max();
     t_.frames_done(app ? 1 : 0);
     do_write();
@@ -578,14 +640,15 @@ class Session : public std::enable_shared_from_this<Session> {
       write_deadline_ = Clock::time_point::max();
       return;
     }
-    const std::size_t size = queue_.front().size();
+    const std::size_t size = (writing_control_ ? control_ : queue_).front().size();
     close(CloseKind::SendFailed, "write of a " + std::to_string(size) + "-byte frame to " + name() +
                                      " not completed within " +
                                      fmt_seconds(frame_allowance_s(size)));
   }
 
   Impl& t_;
-  tcp::socket socket_;
+  tcp::socket socket_;               // plain TCP; with TLS an unused placeholder
+  std::unique_ptr<TlsStream> tls_;   // TLS: owns the TCP socket
   tcp::resolver resolver_;
   asio::steady_timer read_timer_, write_timer_;
   Clock::time_point read_deadline_ = Clock::time_point::max();
@@ -594,13 +657,16 @@ class Session : public std::enable_shared_from_this<Session> {
   Clock::time_point frame_start_{};
   std::uint64_t frame_deadline_bytes_ = 0;  // frame size the current read deadline was set for
   FrameDecoder decoder_;
+  Handshake hs_;
   State state_ = State::Handshaking;
   PeerId dial_;       // outbound: the address we were asked to send to
   PeerId remote_id_;  // from the remote's Hello
   PeerId endpoint_;   // inbound: the remote's "ip:port"
-  std::deque<OutFrame> queue_;
-  std::size_t queued_bytes_ = 0;
+  std::deque<OutFrame> queue_;    // application frames
+  std::deque<OutFrame> control_;  // handshake frames, written first
+  std::size_t queued_bytes_ = 0;  // both queues
   bool writing_ = false;
+  bool writing_control_ = false;  // the frame in flight is control_.front(), else queue_.front()
   std::size_t write_counted_ = 0;  // bytes of the frame in flight already added to bytes_sent
 };
 
@@ -685,6 +751,37 @@ void TransportCore::shutdown() {
   io.stop();
 }
 
+// TLS 1.3 only, mutual: each side presents its certificate and requires one from the other,
+// signed by the swarm's CA (docs/security.md). Bad files are bad input: std::invalid_argument.
+std::unique_ptr<asio::ssl::context> make_tls_context(const TransportConfig& c) {
+  const int given = !c.tls_cert.empty() + !c.tls_key.empty() + !c.tls_ca.empty();
+  if (given == 0) return nullptr;
+  if (given != 3) throw std::invalid_argument("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls);
+  SSL_CTX* h = ctx->native_handle();
+  if (SSL_CTX_set_min_proto_version(h, TLS1_3_VERSION) != 1 || SSL_CTX_set_max_proto_version(h, TLS1_3_VERSION) != 1)
+    throw std::runtime_error("this OpenSSL cannot restrict connections to TLS 1.3");
+  SSL_CTX_set_num_tickets(h, 0);  // peers reconnect rarely; no session tickets to keep
+  // AES-128-GCM first (the suite every TLS 1.3 stack has, and the fastest with AES-NI).
+  SSL_CTX_set_ciphersuites(h, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  const auto check = [](const asio::error_code& ec, const char* flag, const std::string& path) {
+    if (ec) throw std::invalid_argument(std::string(flag) + " '" + path + "': " + ec.message());
+  };
+  asio::error_code ec;
+  ctx->load_verify_file(c.tls_ca, ec);
+  check(ec, "--tls-ca", c.tls_ca);
+  ctx->use_certificate_chain_file(c.tls_cert, ec);
+  check(ec, "--tls-cert", c.tls_cert);
+  ctx->use_private_key_file(c.tls_key, asio::ssl::context::pem, ec);
+  if (ec)
+    throw std::invalid_argument("--tls-key '" + c.tls_key + "': " + ec.message() + " (is it the key of --tls-cert '" +
+                                c.tls_cert + "'?)");
+  if (SSL_CTX_check_private_key(h) != 1)
+    throw std::invalid_argument("--tls-key '" + c.tls_key + "' does not match --tls-cert '" + c.tls_cert + "'");
+  return ctx;
+}
+
 // ---- Transport ----
 
 Transport::Transport(TransportConfig cfg, TransportEvents events, std::shared_ptr<spdlog::logger> log)
@@ -695,6 +792,7 @@ Transport::~Transport() { stop(); }
 void Transport::start() {
   Impl& t = *impl_;
   RUMOR_CHECK(!t.started.load(), "Transport::start() called twice");
+  t.tls = make_tls_context(t.cfg);
   asio::error_code ec;
   const std::string where = t.cfg.listen_host + ":" + std::to_string(t.cfg.listen_port);
   const auto addr = asio::ip::make_address(
@@ -716,7 +814,8 @@ void Transport::start() {
   t.do_accept();
   t.started = true;
   t.thread = std::thread([&t] { t.io.run(); });
-  t.log->info("net: listening on {}", t.local);
+  t.log->info("net: listening on {}{}{}", t.local, t.tls ? ", TLS 1.3 with mutual certificates" : "",
+               t.cfg.swarm_key.empty() ? "" : ", swarm key required");
 }
 
 void Transport::stop() {

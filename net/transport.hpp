@@ -1,7 +1,8 @@
 // The TCP transport of a peer: one I/O thread running Asio, a listening socket, at most one
-// cached connection per remote peer, the handshake (Hello: version, peer id, model fingerprint)
-// and framing (net/frame.hpp, docs/wire.md). It knows nothing of gossip: it moves core
-// Messages between peer ids and reports what went wrong.
+// cached connection per remote peer, optional TLS 1.3 with mutual certificates, the handshake
+// (net/handshake.hpp: Hello with version, peer id and model fingerprint, behind a swarm key's
+// challenge-response when there is one) and framing (net/frame.hpp, docs/wire.md). It knows
+// nothing of gossip: it moves core Messages between peer ids and reports what went wrong.
 //
 // Threading contract: every public method is thread-safe. Callbacks in TransportEvents run on
 // the I/O thread and must be quick (the daemon just queues them for the compute thread).
@@ -40,6 +41,14 @@ struct TransportConfig {
   // bytes) and reused for the next payload of the same size: fresh 100 MB buffers cost more in
   // page faults than the transfer itself. 0 disables.
   std::size_t recycle_payload_bytes = 256u << 20;
+  // Trust (docs/security.md). A swarm key (the secret of net::load_swarm_key): every connection
+  // must pass a mutual HMAC-SHA256 challenge-response before anything else is read. Empty: an
+  // open swarm.
+  Bytes swarm_key;
+  // TLS 1.3 with mutual certificates: PEM files of our certificate (chain), its private key and
+  // the CA that signs every member's certificate. All three or none; start() throws
+  // std::invalid_argument naming a file it cannot use.
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 struct TransportStats {
@@ -69,8 +78,8 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // Binds and listens (throws std::runtime_error naming the address on failure) and starts the
-  // I/O thread.
+  // Loads the TLS files if any (std::invalid_argument naming a bad one), binds and listens
+  // (std::runtime_error naming the address on failure) and starts the I/O thread.
   void start();
   // Closes everything and joins the I/O thread. Queued messages may be dropped; call flush()
   // first to give them a chance.

@@ -47,8 +47,8 @@ struct Config {
   std::string swarm_key_path;             // --swarm-key FILE; empty: an open swarm
   std::string tls_cert, tls_key, tls_ca;  // TLS 1.3 with mutual certificates: all three or none
   bool robust = false;                    // --robust: clip or refuse far-off models
-  double robust_clip = 4.0;               // clip beyond this many typical distances
-  double robust_refuse = 100.0;           // refuse beyond this many (0: never)
+  double robust_clip = 8.0;               // clip beyond this many typical distances
+  double robust_refuse = 64.0;            // refuse beyond this many (0: never)
   // Where the math runs
   std::string device = "cpu";
   int threads = 1;

@@ -12,6 +12,11 @@ rumor_build "$build" ${RUMOR_CMAKE_ARGS:-}
 
 echo "== core purity check"
 bash "$here/.ci/check-core-purity"
+# ctest splits test names at ';' (a CMake list), so such a test would silently run nothing.
+if grep -rn 'TEST_CASE("[^"]*;' "$here/tests"; then
+  echo "test names above contain ';': ctest would run none of them; use ',' instead" >&2
+  exit 1
+fi
 
 echo "== ctest"
 cd "$build"

@@ -446,7 +446,7 @@ TEST_CASE("dataset: partitions depend only on the seed") {
   }
 }
 
-TEST_CASE("dataset: regression sets fall back to iid; bad shard counts are rejected") {
+TEST_CASE("dataset: regression sets fall back to iid, bad shard counts are rejected") {
   const Dataset reg = linear_regression_task(101, 0, 2, 1, 0.1, 1).train;
   const auto parts = partition_rows(reg, 4, Partition::parse("dirichlet:0.1"), 3);
   check_cover(parts, reg.rows);

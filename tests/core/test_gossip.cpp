@@ -114,7 +114,7 @@ TEST_CASE("gossip: a NaN payload or a wrong parameter count is rejected and chan
   CHECK(a.g->stats().answered == 0);
 }
 
-TEST_CASE("gossip: a dead peer is skipped, suspected, then declared dead; the rest go on") {
+TEST_CASE("gossip: a dead peer is skipped, suspected, then declared dead, the rest go on") {
   Cluster c;
   c.cfg.exchange_timeout_s = 0.05;
   c.cfg.suspect_timeout_s = 0.2;

@@ -529,7 +529,7 @@ TEST_CASE("transport: idle connections are closed and the next send redials") {
   CHECK(b.rec.n_rejected() == 0);
 }
 
-TEST_CASE("transport: disconnect closes the connection; the next send redials") {
+TEST_CASE("transport: disconnect closes the connection, the next send redials") {
   Node a, b;
   a.t->send(b.id(), make_message(MsgType::Ping, 2, 0, 1));
   REQUIRE(wait_until([&] { return b.rec.n_messages() == 1; }, 3.0));

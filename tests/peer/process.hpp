@@ -43,8 +43,10 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 class Process {
  public:
-  Process(const std::vector<std::string>& args, const std::filesystem::path& log) : log_(log) {
-    std::vector<std::string> full{peer_binary()};
+  Process(const std::vector<std::string>& args, const std::filesystem::path& log) : Process(peer_binary(), args, log) {}
+  // Another program than rumor-peer (e.g. the trust tests' rumor-evil-peer).
+  Process(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& log) : log_(log) {
+    std::vector<std::string> full{binary};
     full.insert(full.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : full) argv.push_back(a.data());

@@ -1,0 +1,47 @@
+// `rumor-sim --calibrate`: measures this machine so that a scenario can predict a real
+// rumor-peer run on it (docs/sim.md, "Calibration"). Part of the rumor-sim executable only:
+// it forks processes and opens sockets, which the simulator library never does.
+//
+// What it measures, each under the conditions of the quickstart (examples/quickstart.sh:
+// `--procs` peers sharing this machine's cores):
+//   step_time     one Trainer::step() of mlp:256,128, batch 64, Adam on a Fashion-MNIST shard,
+//                 with `procs` processes stepping at once (so core sharing is in the number);
+//   exchange_cpu  the CPU one payload message costs a peer, per message sent or received: the
+//                 snapshot copy, the frame hash, the socket copy, and on receipt the checks,
+//                 the distance and the mix (net/ and core/ code), also with `procs` at once;
+//   eval_time     one evaluation on the whole test set, with `procs` at once;
+//   bandwidth     loopback TCP throughput (one connection, 1 MiB writes);
+//   latency       half the loopback TCP round trip of a small message.
+#pragma once
+#include <ostream>
+#include <string>
+
+namespace rumor::sim {
+
+struct CalibrationConfig {
+  int procs = 4;
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp:256,128";
+  std::size_t batch = 64;
+  int steps = 150;            // timed steps per process (after 20 warm-up steps)
+  int messages = 100;         // timed payload messages per process
+  std::size_t tcp_mb = 256;   // bytes pushed through loopback for the bandwidth
+};
+
+struct Calibration {
+  double step_time = 0, step_sd = 0;  // seconds; relative sd over the processes' steps
+  double exchange_cpu = 0, eval_time = 0;
+  double bandwidth = 0, latency = 0;
+  double single_step_time = 0;        // one process alone
+  double load_time = 0;               // loading Fashion-MNIST and cutting a shard, alone
+  double joiner_load_time = 0;        // the same, procs - 1 at once while one process trains
+  int cores = 0;
+};
+
+Calibration calibrate(const CalibrationConfig& c, std::ostream& log);
+// The scenario fragment ([compute] and [network] keys) to `include` from a scenario. It is
+// written for compute.shared_cores = cores: the base step time is the one process's, scaled
+// by how much worse than a fair share of the cores `procs` processes did.
+std::string calibration_fragment(const Calibration& r, const CalibrationConfig& c);
+
+}  // namespace rumor::sim

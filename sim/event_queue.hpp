@@ -1,0 +1,64 @@
+// The simulator's event queue: a binary heap of small plain events ordered by (time, seq).
+//
+// Tie rule (docs/sim.md): events with equal virtual time run in the order they were scheduled
+// (`seq` is a counter that only grows), so a run is a pure function of the scenario and seed.
+// Events carry no pointers: bulky data (messages) lives in the simulator's slab and an event
+// holds its index, so pushing and popping never allocates once the heap has grown.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/check.hpp"
+
+namespace rumor::sim {
+
+enum class EventKind : std::uint8_t {
+  Start,       // a peer has loaded its data: it starts the protocol and training
+  StepMid,     // the forward/backward half of a step is done (the mid-step boundary)
+  StepEnd,     // the optimizer half is done (the end-of-step boundary)
+  Resume,      // an evaluation pause is over
+  Tick,        // training off: one averaging tick
+  SettleTick,  // the settle loop's periodic wake-up (arg: its iteration)
+  WaitTick,    // an idle wait's periodic wake-up (arg: its iteration)
+  Deliver,     // a message arrives (peer: receiver; arg: slab index)
+  Timer,       // a protocol timer fires (arg: the timer id)
+  SendFailed,  // a send of `peer` failed (arg: the target's index)
+  Churn,       // a churn action of the scenario (arg: its index)
+};
+
+struct Event {
+  double t = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t arg = 0;
+  std::uint32_t peer = 0;
+  std::uint32_t life = 0;  // the peer's life when scheduled: events of an earlier life are void
+  EventKind kind = EventKind::Start;
+};
+
+class EventQueue {
+ public:
+  void push(Event e) {
+    e.seq = next_seq_++;
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  bool empty() const { return heap_.empty(); }
+  std::size_t size() const { return heap_.size(); }
+  const Event& top() const { return heap_.front(); }
+  Event pop() {
+    RUMOR_CHECK(!heap_.empty());
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    Event e = heap_.back();
+    heap_.pop_back();
+    return e;
+  }
+  std::uint64_t scheduled() const { return next_seq_; }
+
+ private:
+  static bool later(const Event& a, const Event& b) { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
+  std::vector<Event> heap_;
+  std::uint64_t next_seq_ = 0;
+};
+
+}  // namespace rumor::sim

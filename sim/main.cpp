@@ -1,0 +1,165 @@
+// rumor-sim: run a scenario file in virtual time and write its outputs (docs/sim.md).
+//
+//   rumor-sim SCENARIO [--seed S] [--out DIR] [--set section.key=value ...] [--plot]
+//   rumor-sim --calibrate [--procs N] [--calibrate-out FILE] [--data DIR]
+//
+// Exit codes: 0 done, 2 bad usage or a bad scenario (the message names the place and key),
+// 1 anything else. Everything written under DIR is a pure function of the scenario and the
+// seed; the one line about wall time and memory goes to stderr only.
+#include <CLI/CLI.hpp>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "core/dataset.hpp"
+#include "core/model.hpp"
+#include "sim/calibrate.hpp"
+#include "sim/scenario.hpp"
+#include "sim/simulator.hpp"
+
+#ifndef RUMOR_SOURCE_DIR
+#define RUMOR_SOURCE_DIR ""
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// examples/sim/plot.py: next to the source tree this binary was built from, or found from
+// the executable (build/sim/rumor-sim -> ../../examples/sim/plot.py).
+std::string find_plot_script(const char* argv0) {
+  std::vector<fs::path> candidates;
+  if (std::string(RUMOR_SOURCE_DIR).size()) candidates.push_back(fs::path(RUMOR_SOURCE_DIR) / "examples/sim/plot.py");
+  std::error_code ec;
+  const fs::path exe = fs::canonical("/proc/self/exe", ec);
+  const fs::path base = ec ? fs::path(argv0).parent_path() : exe.parent_path();
+  for (fs::path d = base; !d.empty() && d != d.parent_path(); d = d.parent_path())
+    candidates.push_back(d / "examples/sim/plot.py");
+  for (const auto& c : candidates)
+    if (fs::exists(c, ec)) return c.string();
+  return {};
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rumor-sim: the deterministic discrete-event simulator of Rumor (docs/sim.md)."};
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return std::string("rumor-sim: ") + e.what() + "\nUsage: " + a->get_name() +
+           " SCENARIO [--seed S] [--out DIR] [--set key=value ...] [--plot]   (--help for more)\n";
+  });
+  std::string scenario_path, out_dir = "out/sim", calib_out, data = "/usr/share/datasets/fashion-mnist";
+  std::vector<std::string> sets;
+  std::uint64_t seed = 0;
+  bool plot = false, calibrate = false;
+  int procs = 4;
+  auto* o_scn = app.add_option("scenario", scenario_path, "Scenario file (docs/sim.md; examples under examples/sim/)");
+  auto* o_seed = app.add_option("--seed", seed, "Seed of every random choice (overrides run.seed)");
+  app.add_option("--out", out_dir, "Output directory (timeseries.csv, events.csv, summary.json)")->capture_default_str();
+  app.add_option("--set", sets, "Override a scenario key: section.key=value (repeatable; list keys append)");
+  app.add_flag("--plot", plot, "Also write accuracy.png, loss.png and consensus.png (python3 + matplotlib)");
+  app.add_flag("--calibrate", calibrate,
+               "Measure this machine (step time of the quickstart model with --procs concurrent processes, "
+               "exchange CPU, evaluation time, loopback TCP bandwidth and latency) and write a scenario fragment");
+  app.add_option("--procs", procs, "--calibrate: concurrent training processes (the quickstart runs 4)")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--calibrate-out", calib_out, "--calibrate: write the fragment here (default: stdout)");
+  app.add_option("--data", data, "--calibrate: data directory")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  rumor::set_math_threads(1);
+
+  if (calibrate) {
+    try {
+      rumor::sim::CalibrationConfig cc;
+      cc.procs = procs;
+      cc.data = data;
+      const auto r = rumor::sim::calibrate(cc, std::cerr);
+      const std::string text = rumor::sim::calibration_fragment(r, cc);
+      if (calib_out.empty()) {
+        std::cout << text;
+      } else {
+        std::FILE* f = std::fopen(calib_out.c_str(), "w");
+        if (!f || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0) {
+          std::cerr << "rumor-sim: cannot write " << calib_out << "\n";
+          return 1;
+        }
+        std::cerr << "rumor-sim: wrote " << calib_out << "\n";
+      }
+      return 0;
+    } catch (const rumor::DataError& e) {
+      std::cerr << "rumor-sim: " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "rumor-sim: calibration failed: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (scenario_path.empty()) {
+    std::cerr << "rumor-sim: a scenario file is required (examples under examples/sim/)\n";
+    return 2;
+  }
+  if (o_seed->count()) sets.push_back("run.seed=" + std::to_string(seed));
+  (void)o_scn;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const rumor::sim::Scenario s = rumor::sim::load_scenario(scenario_path, sets);
+    rumor::sim::Simulation sim(s);
+    const double t_build = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sim.run();
+    sim.write_outputs(out_dir);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const auto& t = sim.totals();
+    std::fprintf(stderr,
+                 "rumor-sim: %llu events, %.3f s virtual, final test_acc %.4f; wall %.2f s (setup %.2f s), "
+                 "%.0f events/s, peak RSS %.1f MB; outputs in %s\n",
+                 static_cast<unsigned long long>(t.events), sim.now(),
+                 sim.samples().empty() ? 0.0 : sim.samples().back().test_acc, wall, t_build,
+                 wall - t_build > 0 ? static_cast<double>(t.events) / (wall - t_build) : 0.0,
+                 static_cast<double>(ru.ru_maxrss) / 1024.0, out_dir.c_str());
+  } catch (const rumor::sim::ScenarioError& e) {
+    std::cerr << "rumor-sim: " << e.what() << "\n";
+    return 2;
+  } catch (const rumor::DataError& e) {
+    std::cerr << "rumor-sim: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "rumor-sim: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "rumor-sim: " << e.what() << "\n";
+    return 1;
+  }
+
+  if (plot) {
+    const std::string script = find_plot_script(argv[0]);
+    std::error_code ec;
+    if (!fs::exists("/usr/bin/python3", ec)) {
+      std::cerr << "rumor-sim: --plot needs /usr/bin/python3 with matplotlib; the CSV files are written\n";
+    } else if (script.empty()) {
+      std::cerr << "rumor-sim: --plot: examples/sim/plot.py not found; the CSV files are written\n";
+    } else {
+      const std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(out_dir);
+      if (std::system(cmd.c_str()) != 0)
+        std::cerr << "rumor-sim: --plot: the plot script failed (is python3-matplotlib installed?); the CSV files are written\n";
+    }
+  }
+  return 0;
+}

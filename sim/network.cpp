@@ -1,0 +1,74 @@
+// The network model (network.hpp).
+#include "sim/network.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace rumor::sim {
+
+Network::Network(const Scenario& s, std::vector<std::uint32_t> class_of, Rng rng)
+    : s_(s), class_of_(std::move(class_of)), rng_(rng), nic_free_(class_of_.size(), 0.0) {
+  const std::size_t n = class_of_.size();
+  const auto sides = [n](const PeerSet& a, const PeerSet& b) {
+    Sides sd{std::vector<bool>(n, false), std::vector<bool>(n, false)};
+    for (auto x : a) sd.a[x] = true;
+    for (auto x : b) sd.b[x] = true;
+    return sd;
+  };
+  for (const auto& l : s.links) link_sides_.push_back(sides(l.a, l.b));
+  for (const auto& p : s.partitions) partition_sides_.push_back(sides(p.a, p.b));
+}
+
+double Network::latency(std::uint32_t from, std::uint32_t to) const {
+  double lat = s_.latency + s_.classes[class_of_[from]].latency + s_.classes[class_of_[to]].latency;
+  for (std::size_t i = 0; i < s_.links.size(); ++i)
+    if (s_.links[i].latency >= 0 && link_sides_[i].pair(from, to)) lat = s_.links[i].latency;
+  return lat;
+}
+
+double Network::bandwidth(std::uint32_t from, std::uint32_t to) const {
+  double bw = s_.classes[class_of_[from]].bandwidth;
+  for (std::size_t i = 0; i < s_.links.size(); ++i)
+    if (s_.links[i].bandwidth > 0 && link_sides_[i].pair(from, to)) bw = std::min(bw, s_.links[i].bandwidth);
+  return bw;
+}
+
+bool Network::partitioned(std::uint32_t a, std::uint32_t b, double t) const {
+  for (std::size_t i = 0; i < s_.partitions.size(); ++i) {
+    const auto& p = s_.partitions[i];
+    if (t >= p.from && t < p.until && partition_sides_[i].pair(a, b)) return true;
+  }
+  return false;
+}
+
+double Network::refused_after(std::uint32_t from, std::uint32_t to) const {
+  return s_.refused_after >= 0 ? s_.refused_after : 2 * latency(from, to);
+}
+
+double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now) {
+  RUMOR_CHECK(from < nic_free_.size() && to < nic_free_.size());
+  const double start = std::max(now, nic_free_[from]);
+  const double sent = start + static_cast<double>(bytes) / bandwidth(from, to);
+  nic_free_[from] = sent;
+  double arrive = sent + latency(from, to);
+  if (s_.jitter > 0) arrive += rng_.exponential(1.0 / s_.jitter);
+  double& last = link_last_[(std::uint64_t(from) << 32) | to];
+  arrive = std::max(arrive, last);
+  last = arrive;
+  if (s_.loss > 0 && rng_.uniform() < s_.loss) return -1;  // the NIC time was spent all the same
+  return arrive;
+}
+
+void Network::reset_peer(std::uint32_t peer) {
+  RUMOR_CHECK(peer < nic_free_.size());
+  nic_free_[peer] = 0;
+  // In-order clocks of its links: only ever a lower bound, so stale ones are harmless; they
+  // are dropped to keep the table from holding links of long-gone lives.
+  for (auto it = link_last_.begin(); it != link_last_.end();) {
+    const auto f = static_cast<std::uint32_t>(it->first >> 32), t = static_cast<std::uint32_t>(it->first);
+    it = (f == peer || t == peer) ? link_last_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace rumor::sim

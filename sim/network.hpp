@@ -1,0 +1,56 @@
+// The simulated network between peers: what a message costs and whether it arrives.
+//
+// Model (docs/sim.md, "Network"):
+//   - a message of B bytes (B = 32-byte frame header + message header + payload, as on the wire)
+//     is serialised by the sender's NIC, one message at a time in send order, at
+//     min(sender's NIC bandwidth, the link's bandwidth): it starts when the NIC is free;
+//   - it then takes the link's one-way latency, plus jitter (exponential, mean `jitter`);
+//   - a link delivers in order (TCP): a message never overtakes an earlier one on its link;
+//   - with probability `loss` it vanishes; across an active partition it vanishes too (both
+//     at send and at arrival time). Vanished messages are silent: the protocol's deadlines
+//     notice them;
+//   - link latency = network.latency + the two ends' class latency, unless a `link` line
+//     sets it; receive-side contention is not modelled.
+// Everything random comes from the one network stream, drawn in event order.
+#pragma once
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "sim/scenario.hpp"
+
+namespace rumor::sim {
+
+class Network {
+ public:
+  // `class_of[i]` is the class of peer id i.
+  Network(const Scenario& s, std::vector<std::uint32_t> class_of, Rng rng);
+
+  double latency(std::uint32_t from, std::uint32_t to) const;
+  double bandwidth(std::uint32_t from, std::uint32_t to) const;
+  bool partitioned(std::uint32_t a, std::uint32_t b, double t) const;
+  // Delay before a sender learns that a connect to a dead peer was refused.
+  double refused_after(std::uint32_t from, std::uint32_t to) const;
+
+  // Arrival time of a `bytes`-byte message sent at `now` (advances the sender's NIC and the
+  // link's in-order clock), or a negative number if the message is lost.
+  double transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now);
+  // A restarted peer has a fresh NIC and fresh connections.
+  void reset_peer(std::uint32_t peer);
+
+ private:
+  const Scenario& s_;
+  std::vector<std::uint32_t> class_of_;
+  Rng rng_;
+  std::vector<double> nic_free_;  // per peer: when its NIC finishes the last queued message
+  std::unordered_map<std::uint64_t, double> link_last_;  // (from << 32 | to) -> last arrival
+  // Per link line and partition line: membership bitmaps of the two sides.
+  struct Sides {
+    std::vector<bool> a, b;
+    bool pair(std::uint32_t x, std::uint32_t y) const { return (a[x] && b[y]) || (b[x] && a[y]); }
+  };
+  std::vector<Sides> link_sides_, partition_sides_;
+};
+
+}  // namespace rumor::sim

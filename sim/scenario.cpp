@@ -1,0 +1,831 @@
+// Scenario parsing: text -> raw (key, value, place) entries -> a checked Scenario.
+//
+// Two passes on purpose: the raw pass knows the syntax (sections, includes, --set) and nothing
+// of the meaning; the typed pass looks every key up in one table of known keys, so an unknown
+// key is found wherever it is, and each value is converted with the place it came from at hand
+// for the error message.
+#include "sim/scenario.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/rng.hpp"
+#include "sim/streams.hpp"
+
+namespace rumor::sim {
+
+const char* topology_name(Topology t) {
+  switch (t) {
+    case Topology::Complete: return "complete";
+    case Topology::Ring: return "ring";
+    case Topology::Torus: return "torus";
+    case Topology::Hypercube: return "hypercube";
+    case Topology::Exponential: return "exponential";
+  }
+  return "?";
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& key, const std::string& what) {
+  throw ScenarioError(where + ": " + key + ": " + what);
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+struct RawValue {
+  std::string value, where;
+};
+
+// Keys of list kind append; all others keep the last value.
+const std::set<std::string> kListKeys = {"network.link", "network.partition", "compute.straggler",
+                                         "churn.crash", "churn.leave", "churn.join"};
+const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
+                                          "exchange_cpu", "eval_time", "start"};
+const std::map<std::string, std::set<std::string>> kKeys = {
+    {"run", {"seed", "duration", "peers", "settle", "settle_tick"}},
+    {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
+                  "schedule", "warmup_steps", "batch", "epochs", "steps", "duration", "peer_seeds", "dim",
+                  "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
+    {"gossip", {"local_steps", "max_in_flight", "mix_weight", "exchange_timeout", "suspect_timeout", "suspect_after",
+                "failure_backoff", "join_retry", "digest_limit", "topology", "bootstrap", "staleness", "codec",
+                "topk_fraction", "probe_interval", "probe_timeout", "fetch_state", "state_timeout", "leave_timeout",
+                "state_wait", "leave_wait"}},
+    {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition"}},
+    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores"}},
+    {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
+    {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "eval_every_steps", "log_exchanges",
+                "log_views"}},
+};
+
+class Raw {
+ public:
+  std::map<std::string, std::vector<RawValue>> entries;
+  std::vector<std::string> class_order;  // [class.NAME] sections in order of appearance
+
+  void set(const std::string& section, const std::string& key, const std::string& value, const std::string& where) {
+    std::string full;
+    if (section.rfind("class.", 0) == 0) {
+      const std::string name = section.substr(6);
+      if (name.empty() || name.find_first_of(" .,|") != std::string::npos)
+        fail(where, "[" + section + "]", "a class name is one word without '.', ',' or '|'");
+      if (!kClassKeys.count(key)) fail(where, section + "." + key, "unknown key of a [class.*] section" + listing(kClassKeys));
+      if (std::find(class_order.begin(), class_order.end(), name) == class_order.end()) class_order.push_back(name);
+      full = section + "." + key;
+    } else {
+      auto s = kKeys.find(section);
+      if (s == kKeys.end())
+        fail(where, "[" + section + "]", "unknown section (known: run, workload, gossip, network, compute, class.NAME, churn, output)");
+      if (!s->second.count(key)) fail(where, section + "." + key, "unknown key" + listing(s->second));
+      full = section + "." + key;
+    }
+    auto& v = entries[full];
+    if (!kListKeys.count(full)) v.clear();
+    v.push_back({value, where});
+  }
+
+  void parse_text(const std::string& text, const std::string& name, const std::string& base_dir, int depth) {
+    if (depth > 8) fail(name, "include", "includes nested more than 8 deep (a cycle?)");
+    std::istringstream in(text);
+    std::string line, section;
+    int n = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      const std::string where = name + ":" + std::to_string(n);
+      if (auto h = line.find('#'); h != std::string::npos) line.erase(h);
+      line = trim(line);
+      if (line.empty()) continue;
+      if (line.front() == '[') {
+        if (line.back() != ']') fail(where, line, "a section header is [name]");
+        section = trim(line.substr(1, line.size() - 2));
+        if (section.rfind("class.", 0) == 0) {
+          set_class_seen(section.substr(6), where);
+        } else if (!kKeys.count(section)) {
+          fail(where, "[" + section + "]", "unknown section (known: run, workload, gossip, network, compute, class.NAME, churn, output)");
+        }
+        continue;
+      }
+      const auto eq = line.find('=');
+      if (eq == std::string::npos) fail(where, line, "expected `key = value`");
+      const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+      if (key.empty()) fail(where, line, "missing key before '='");
+      if (section.empty()) {
+        if (key != "include") fail(where, key, "keys before the first [section] must be `include = FILE`");
+        const std::string path = value.size() && value[0] == '/' ? value : base_dir + "/" + value;
+        std::ifstream f(path);
+        if (!f) fail(where, "include", "cannot read '" + path + "'");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        const auto slash = path.find_last_of('/');
+        parse_text(ss.str(), path, slash == std::string::npos ? "." : path.substr(0, slash), depth + 1);
+        continue;
+      }
+      set(section, key, value, where);
+    }
+  }
+
+  void set_class_seen(const std::string& name, const std::string& where) {
+    if (name.empty() || name.find_first_of(" .,|") != std::string::npos)
+      fail(where, "[class." + name + "]", "a class name is one word without '.', ',' or '|'");
+    if (name == "all" || name == "rest" || name == "random" || (name.size() > 1 && name[0] == 'p' && std::isdigit(static_cast<unsigned char>(name[1]))))
+      fail(where, "[class." + name + "]", "this name is reserved for peer sets");
+    if (std::find(class_order.begin(), class_order.end(), name) == class_order.end()) class_order.push_back(name);
+  }
+
+  void apply_override(const std::string& o, int index) {
+    const std::string where = "--set #" + std::to_string(index + 1) + " (" + o + ")";
+    const auto eq = o.find('=');
+    if (eq == std::string::npos) fail(where, o, "expected section.key=value");
+    const std::string path = trim(o.substr(0, eq)), value = trim(o.substr(eq + 1));
+    const auto dot = path.find_last_of('.');
+    if (dot == std::string::npos || dot == 0) fail(where, path, "expected section.key (for example network.latency)");
+    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+    if (section.rfind("class.", 0) == 0) set_class_seen(section.substr(6), where);
+    set(section, key, value, where);
+  }
+
+  const RawValue* last(const std::string& key) const {
+    auto it = entries.find(key);
+    return it == entries.end() || it->second.empty() ? nullptr : &it->second.back();
+  }
+  std::vector<RawValue> all(const std::string& key) const {
+    auto it = entries.find(key);
+    return it == entries.end() ? std::vector<RawValue>{} : it->second;
+  }
+
+ private:
+  static std::string listing(const std::set<std::string>& keys) {
+    std::string s = " (known here:";
+    for (const auto& k : keys) s += " " + k;
+    return s + ")";
+  }
+};
+
+double to_number(const std::string& v, const std::string& where, const std::string& key, std::string* unit) {
+  double x = 0;
+  const char* b = v.data();
+  const char* e = v.data() + v.size();
+  auto [p, ec] = std::from_chars(b, e, x);
+  if (ec != std::errc() || !std::isfinite(x)) fail(where, key, "expected a number, got '" + v + "'");
+  std::string rest = trim(std::string(p, e));
+  if (unit) *unit = rest;
+  else if (!rest.empty()) fail(where, key, "expected a plain number, got '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
+double parse_duration(const std::string& v, const std::string& where, const std::string& key) {
+  std::string u;
+  double x = to_number(v, where, key, &u);
+  if (u.empty() || u == "s") {
+  } else if (u == "ms") {
+    x *= 1e-3;
+  } else if (u == "us") {
+    x *= 1e-6;
+  } else if (u == "min") {
+    x *= 60;
+  } else if (u == "h") {
+    x *= 3600;
+  } else {
+    fail(where, key, "unknown time unit '" + u + "' (use s, ms, us, min or h)");
+  }
+  if (x < 0) fail(where, key, "a duration cannot be negative, got '" + v + "'");
+  return x;
+}
+
+double parse_bandwidth(const std::string& v, const std::string& where, const std::string& key) {
+  std::string u;
+  double x = to_number(v, where, key, &u);
+  if (!u.empty() && u.back() == 's' && u.size() > 1 && u[u.size() - 2] == '/') u.resize(u.size() - 2);  // "MB/s"
+  if (u.size() >= 3 && u.substr(u.size() - 3) == "bps") u = u.substr(0, u.size() - 3) + "bit";
+  static const std::map<std::string, double> f = {
+      {"", 1},        {"B", 1},         {"KB", 1e3},       {"MB", 1e6},      {"GB", 1e9},
+      {"bit", 0.125}, {"Kbit", 125},    {"Mbit", 1.25e5},  {"Gbit", 1.25e8}, {"kbit", 125},
+      {"KiB", 1024},  {"MiB", 1048576}, {"GiB", 1073741824.0}};
+  auto it = f.find(u);
+  if (it == f.end()) fail(where, key, "unknown bandwidth unit '" + u + "' (bytes/s, or B, KB, MB, GB, Kbit, Mbit, Gbit)");
+  x *= it->second;
+  if (!(x > 0)) fail(where, key, "a bandwidth must be > 0, got '" + v + "'");
+  return x;
+}
+
+namespace {
+
+// The typed pass.
+class Builder {
+ public:
+  explicit Builder(const Raw& r) : r_(r) {}
+
+  Scenario build(const std::string& source) {
+    Scenario s;
+    s.source = source;
+    run(s);
+    workload(s);
+    gossip(s);
+    compute_and_classes(s);
+    network(s);
+    churn(s);
+    resolve_sets(s);
+    output(s);
+    return s;
+  }
+
+ private:
+  const Raw& r_;
+  // Peer-set texts kept until every id is known.
+  struct PendingSet {
+    std::string text, where, key;
+    PeerSet* out;
+    bool allow_empty = false;
+  };
+  std::vector<PendingSet> pending_;
+  std::vector<std::uint32_t> joiner_class_;  // class of every id past the founders
+
+  template <class T>
+  bool get(const std::string& key, T& out) {
+    const RawValue* v = r_.last(key);
+    if (!v) return false;
+    convert(v->value, v->where, key, out);
+    return true;
+  }
+  static void convert(const std::string& v, const std::string& where, const std::string& key, double& out) {
+    out = to_number(v, where, key, nullptr);
+  }
+  static void convert(const std::string& v, const std::string& where, const std::string& key, std::string& out) {
+    if (v.empty()) fail(where, key, "empty value");
+    out = v;
+  }
+  static void convert(const std::string& v, const std::string& where, const std::string& key, bool& out) {
+    if (v == "on" || v == "true" || v == "yes" || v == "1") out = true;
+    else if (v == "off" || v == "false" || v == "no" || v == "0") out = false;
+    else fail(where, key, "expected on or off, got '" + v + "'");
+  }
+  template <class I>
+    requires std::is_integral_v<I>
+  static void convert(const std::string& v, const std::string& where, const std::string& key, I& out) {
+    long long x = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || p != v.data() + v.size()) {
+      // Allow 1e3-style integers.
+      const double d = to_number(v, where, key, nullptr);
+      if (d != std::floor(d) || std::fabs(d) > 9e15) fail(where, key, "expected an integer, got '" + v + "'");
+      x = static_cast<long long>(d);
+    }
+    if (x < 0) fail(where, key, "expected a non-negative integer, got '" + v + "'");
+    out = static_cast<I>(x);
+  }
+  bool dur(const std::string& key, double& out) {
+    const RawValue* v = r_.last(key);
+    if (!v) return false;
+    out = parse_duration(v->value, v->where, key);
+    return true;
+  }
+  bool bw(const std::string& key, double& out) {
+    const RawValue* v = r_.last(key);
+    if (!v) return false;
+    out = parse_bandwidth(v->value, v->where, key);
+    return true;
+  }
+  template <class E>
+  bool choice(const std::string& key, E& out, const std::vector<std::pair<std::string, E>>& options) {
+    const RawValue* v = r_.last(key);
+    if (!v) return false;
+    for (const auto& [name, e] : options)
+      if (v->value == name) {
+        out = e;
+        return true;
+      }
+    std::string known;
+    for (const auto& [name, e] : options) known += (known.empty() ? "" : ", ") + name;
+    fail(v->where, key, "'" + v->value + "' is not one of " + known);
+  }
+  void positive(const std::string& key, double x, bool allow_zero = false) {
+    if (x < 0 || (!allow_zero && x == 0)) {
+      const RawValue* v = r_.last(key);
+      fail(v ? v->where : "scenario", key, allow_zero ? "must be >= 0" : "must be > 0");
+    }
+  }
+  std::string where_of(const std::string& key) const {
+    const RawValue* v = r_.last(key);
+    return v ? v->where : "scenario";
+  }
+
+  void run(Scenario& s) {
+    get("run.seed", s.seed);
+    dur("run.duration", s.duration);
+    dur("run.settle", s.settle);
+    dur("run.settle_tick", s.settle_tick);
+    positive("run.settle_tick", s.settle_tick);
+  }
+
+  void workload(Scenario& s) {
+    choice("workload.kind", s.workload, {{"model", WorkloadKind::Model}, {"quadratic", WorkloadKind::Quadratic}});
+    get("workload.training", s.training);
+    get("workload.data", s.data);
+    get("workload.model", s.model);
+    get("workload.partition", s.partition);
+    get("workload.optimizer", s.optimizer);
+    get("workload.lr", s.lr);
+    positive("workload.lr", s.lr);
+    get("workload.momentum", s.momentum);
+    get("workload.weight_decay", s.weight_decay);
+    get("workload.schedule", s.schedule);
+    get("workload.warmup_steps", s.warmup_steps);
+    get("workload.batch", s.batch);
+    if (s.batch == 0) fail(where_of("workload.batch"), "workload.batch", "must be >= 1");
+    get("workload.epochs", s.epochs);
+    positive("workload.epochs", s.epochs, true);
+    get("workload.steps", s.steps);
+    dur("workload.duration", s.peer_duration);
+    if (const RawValue* v = r_.last("workload.peer_seeds")) {
+      if (v->value == "same") s.same_seed = true;
+      else if (v->value == "distinct") s.same_seed = false;
+      else fail(v->where, "workload.peer_seeds", "'" + v->value + "' is not one of same, distinct");
+    }
+    get("workload.dim", s.dim);
+    if (s.dim == 0) fail(where_of("workload.dim"), "workload.dim", "must be >= 1");
+    if (const RawValue* v = r_.last("workload.curvature")) {
+      const auto dots = v->value.find("..");
+      if (dots == std::string::npos) {
+        s.curvature_min = s.curvature_max = to_number(v->value, v->where, "workload.curvature", nullptr);
+      } else {
+        s.curvature_min = to_number(trim(v->value.substr(0, dots)), v->where, "workload.curvature", nullptr);
+        s.curvature_max = to_number(trim(v->value.substr(dots + 2)), v->where, "workload.curvature", nullptr);
+      }
+      if (!(s.curvature_min > 0) || s.curvature_max < s.curvature_min)
+        fail(v->where, "workload.curvature", "expected H or HMIN..HMAX with 0 < HMIN <= HMAX");
+    }
+    get("workload.noise", s.noise);
+    positive("workload.noise", s.noise, true);
+    get("workload.x0", s.x0);
+    get("workload.init_mean", s.init_mean);
+    get("workload.init_sd", s.init_sd);
+    if (const RawValue* v = r_.last("workload.init_values")) {
+      s.init_values = v->value;
+      bool ok = v->value == "normal" || v->value == "model" || v->value == "auto";
+      if (v->value.rfind("bits:", 0) == 0) {
+        unsigned k = 0;
+        convert(v->value.substr(5), v->where, "workload.init_values", k);
+        ok = k >= 1 && k <= 20;
+      }
+      if (!ok) fail(v->where, "workload.init_values", "expected auto, model, normal or bits:K (1 <= K <= 20), got '" + v->value + "'");
+    }
+    if (s.init_values == "auto") s.init_values = s.workload == WorkloadKind::Model ? "model" : "normal";
+    if (s.init_values == "model" && s.workload != WorkloadKind::Model)
+      fail(where_of("workload.init_values"), "workload.init_values", "`model` needs workload.kind = model");
+    if (s.workload == WorkloadKind::Model) {
+      // Reject a bad partition or optimizer here rather than deep in the build.
+      if (s.partition != "iid" && s.partition.rfind("dirichlet:", 0) != 0)
+        fail(where_of("workload.partition"), "workload.partition", "expected iid or dirichlet:ALPHA, got '" + s.partition + "'");
+      if (s.optimizer != "adam" && s.optimizer != "adamw" && s.optimizer != "sgd")
+        fail(where_of("workload.optimizer"), "workload.optimizer", "expected adam, adamw or sgd, got '" + s.optimizer + "'");
+    }
+    if (s.schedule != "constant" && s.schedule != "warmup" && s.schedule != "cosine")
+      fail(where_of("workload.schedule"), "workload.schedule", "expected constant, warmup or cosine");
+  }
+
+  void gossip(Scenario& s) {
+    get("gossip.local_steps", s.local_steps);
+    if (s.local_steps == 0) fail(where_of("gossip.local_steps"), "gossip.local_steps", "must be >= 1");
+    get("gossip.max_in_flight", s.max_in_flight);
+    if (s.max_in_flight < 1 || s.max_in_flight > 2)
+      fail(where_of("gossip.max_in_flight"), "gossip.max_in_flight", "must be 1 or 2 (core/gossip.hpp explains why)");
+    if (const RawValue* v = r_.last("gossip.mix_weight")) {
+      if (v->value == "uniform") s.mix_samples = false;
+      else if (v->value == "samples") s.mix_samples = true;
+      else fail(v->where, "gossip.mix_weight", "'" + v->value + "' is not one of uniform, samples");
+    }
+    dur("gossip.exchange_timeout", s.exchange_timeout);
+    positive("gossip.exchange_timeout", s.exchange_timeout);
+    dur("gossip.suspect_timeout", s.suspect_timeout);
+    dur("gossip.failure_backoff", s.failure_backoff);
+    dur("gossip.join_retry", s.join_retry);
+    positive("gossip.join_retry", s.join_retry);
+    get("gossip.suspect_after", s.suspect_after);
+    if (s.suspect_after < 1) fail(where_of("gossip.suspect_after"), "gossip.suspect_after", "must be >= 1");
+    get("gossip.digest_limit", s.digest_limit);
+    if (s.digest_limit < 1) fail(where_of("gossip.digest_limit"), "gossip.digest_limit", "must be >= 1");
+    choice("gossip.topology", s.topology,
+           {{"complete", Topology::Complete}, {"ring", Topology::Ring}, {"torus", Topology::Torus},
+            {"hypercube", Topology::Hypercube}, {"exponential", Topology::Exponential}});
+    choice("gossip.bootstrap", s.bootstrap,
+           {{"seed", Bootstrap::Seed}, {"neighbours", Bootstrap::Neighbours}, {"all", Bootstrap::All}});
+    if (const RawValue* v = r_.last("gossip.staleness")) {
+      if (v->value == "inf" || v->value == "infinity") {
+        s.staleness = INFINITY;
+      } else {
+        s.staleness = to_number(v->value, v->where, "gossip.staleness", nullptr);
+        if (s.staleness < 0) fail(v->where, "gossip.staleness", "must be >= 0 (or inf)");
+      }
+    }
+    if (const RawValue* v = r_.last("gossip.codec")) {
+      try {
+        s.codec = parse_codec(v->value);
+      } catch (const std::invalid_argument& e) {
+        fail(v->where, "gossip.codec", e.what());
+      }
+    }
+    if (get("gossip.topk_fraction", s.topk_fraction) && !(s.topk_fraction > 0 && s.topk_fraction <= 1))
+      fail(where_of("gossip.topk_fraction"), "gossip.topk_fraction", "must lie in (0, 1]");
+    if (dur("gossip.probe_interval", s.probe_interval)) positive("gossip.probe_interval", s.probe_interval);
+    if (dur("gossip.probe_timeout", s.probe_timeout)) positive("gossip.probe_timeout", s.probe_timeout);
+    get("gossip.fetch_state", s.fetch_state);
+    if (dur("gossip.state_timeout", s.state_timeout)) positive("gossip.state_timeout", s.state_timeout);
+    if (dur("gossip.leave_timeout", s.leave_timeout)) positive("gossip.leave_timeout", s.leave_timeout);
+    dur("gossip.state_wait", s.state_wait);
+    dur("gossip.leave_wait", s.leave_wait);
+  }
+
+  void class_keys(const std::string& prefix, PeerClass& c) {
+    if (dur(prefix + "step_time", c.step_time)) positive(prefix + "step_time", c.step_time);
+    choice(prefix + "dist", c.dist,
+           {{"constant", StepDist::Constant}, {"normal", StepDist::Normal}, {"lognormal", StepDist::Lognormal},
+            {"exponential", StepDist::Exponential}});
+    if (get(prefix + "sd", c.sd)) positive(prefix + "sd", c.sd, true);
+    bw(prefix + "bandwidth", c.bandwidth);
+    dur(prefix + "latency", c.latency);
+    dur(prefix + "exchange_cpu", c.exchange_cpu);
+    dur(prefix + "eval_time", c.eval_time);
+    dur(prefix + "start", c.start);
+  }
+
+  void compute_and_classes(Scenario& s) {
+    PeerClass def;
+    def.name = "default";
+    bw("network.bandwidth", def.bandwidth);
+    class_keys("compute.", def);
+    if (get("compute.mid", s.mid_fraction) && !(s.mid_fraction > 0 && s.mid_fraction < 1))
+      fail(where_of("compute.mid"), "compute.mid", "must lie strictly between 0 and 1");
+    if (get("compute.shared_cores", s.shared_cores)) positive("compute.shared_cores", s.shared_cores, true);
+    std::uint32_t peers = 0;
+    const bool have_peers = get("run.peers", peers);
+    if (r_.class_order.empty()) {
+      if (!have_peers) fail(s.source, "run.peers", "missing: give [run] peers = N or [class.NAME] sections with count = N");
+      def.count = peers;
+      s.classes.push_back(def);
+    } else {
+      std::uint32_t total = 0;
+      for (const auto& name : r_.class_order) {
+        PeerClass c = def;
+        c.name = name;
+        const std::string prefix = "class." + name + ".";
+        if (!get(prefix + "count", c.count)) fail(s.source, prefix + "count", "missing (every class needs a count, 0 allowed)");
+        class_keys(prefix, c);
+        total += c.count;
+        s.classes.push_back(c);
+      }
+      if (have_peers && peers != total)
+        fail(where_of("run.peers"), "run.peers", std::to_string(peers) + " does not match the classes' counts (" +
+                                                    std::to_string(total) + ")");
+    }
+    for (const auto& c : s.classes) s.founders += c.count;
+    if (s.founders == 0) fail(where_of("run.peers"), "run.peers", "the swarm needs at least one founding peer");
+    if (s.founders > 1000000) fail(where_of("run.peers"), "run.peers", "more than 1,000,000 peers");
+  }
+
+  // "SET at T x F [until T2]" / "FRAC% at T x F [until T2]"
+  void stragglers(Scenario& s) {
+    for (const RawValue& v : r_.all("compute.straggler")) {
+      const auto w = words(v.value);
+      StragglerSpec st;
+      st.where = v.where;
+      std::size_t i = 0;
+      const auto usage = [&] {
+        fail(v.where, "compute.straggler", "expected `SET at T x FACTOR [until T2]` or `FRACTION% at T x FACTOR [until T2]`, got '" + v.value + "'");
+      };
+      if (w.size() < 4) usage();
+      const std::string who = w[i++];
+      if (w[i++] != "at") usage();
+      st.at = parse_duration(w[i++], v.where, "compute.straggler");
+      std::string f = w[i++];
+      if (f == "x") {
+        if (i >= w.size()) usage();
+        f = w[i++];
+      } else if (f.size() > 1 && f[0] == 'x') {
+        f = f.substr(1);
+      } else {
+        usage();
+      }
+      st.factor = to_number(f, v.where, "compute.straggler", nullptr);
+      if (!(st.factor > 0)) fail(v.where, "compute.straggler", "the factor must be > 0");
+      if (i < w.size()) {
+        if (w[i++] != "until" || i >= w.size()) usage();
+        st.until = parse_duration(w[i++], v.where, "compute.straggler");
+        if (st.until <= st.at) fail(v.where, "compute.straggler", "`until` must come after `at`");
+      }
+      if (i != w.size()) usage();
+      s.stragglers.push_back(st);
+      if (!who.empty() && who.back() == '%') {
+        const double pct = to_number(who.substr(0, who.size() - 1), v.where, "compute.straggler", nullptr);
+        if (pct < 0 || pct > 100) fail(v.where, "compute.straggler", "a fraction is 0% to 100%");
+        s.stragglers.back().fraction = pct / 100.0;
+      } else {
+        pending_.push_back({who, v.where, "compute.straggler", nullptr});
+        pending_stragglers_.push_back({s.stragglers.size() - 1, pending_.size() - 1});
+      }
+    }
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> pending_stragglers_;  // (straggler, pending set)
+
+  void network(Scenario& s) {
+    dur("network.latency", s.latency);
+    dur("network.jitter", s.jitter);
+    if (get("network.loss", s.loss) && (s.loss < 0 || s.loss >= 1))
+      fail(where_of("network.loss"), "network.loss", "a probability in [0, 1)");
+    dur("network.refused_after", s.refused_after);
+    for (const RawValue& v : r_.all("network.link")) {
+      // "A | B latency=.. bandwidth=.."
+      const auto bar = v.value.find('|');
+      if (bar == std::string::npos) fail(v.where, "network.link", "expected `SET | SET latency=T bandwidth=B`, got '" + v.value + "'");
+      const auto left = words(v.value.substr(0, bar)), right = words(v.value.substr(bar + 1));
+      if (left.size() != 1 || right.empty()) fail(v.where, "network.link", "expected `SET | SET latency=T bandwidth=B`, got '" + v.value + "'");
+      LinkSpec l;
+      l.where = v.where;
+      for (std::size_t i = 1; i < right.size(); ++i) {
+        const auto eq = right[i].find('=');
+        const std::string k = right[i].substr(0, eq), val = eq == std::string::npos ? "" : right[i].substr(eq + 1);
+        if (k == "latency") l.latency = parse_duration(val, v.where, "network.link latency");
+        else if (k == "bandwidth") l.bandwidth = parse_bandwidth(val, v.where, "network.link bandwidth");
+        else fail(v.where, "network.link", "unknown link property '" + right[i] + "' (latency=T, bandwidth=B)");
+      }
+      if (l.latency < 0 && l.bandwidth < 0) fail(v.where, "network.link", "give latency=T and/or bandwidth=B");
+      s.links.push_back(l);
+      link_sets_.push_back({left[0], right[0], v.where});
+    }
+    for (const RawValue& v : r_.all("network.partition")) {
+      // "A [| B] from T1 to T2"
+      const auto w = words(v.value);
+      const auto usage = [&] {
+        fail(v.where, "network.partition", "expected `SET [| SET] from T1 to T2`, got '" + v.value + "'");
+      };
+      PartitionSpec p;
+      p.where = v.where;
+      std::size_t i = 0;
+      std::string a, b;
+      if (w.empty()) usage();
+      a = w[i++];
+      if (i < w.size() && w[i] == "|") {
+        ++i;
+        if (i >= w.size()) usage();
+        b = w[i++];
+      }
+      if (i + 4 != w.size() || w[i] != "from" || (w[i + 2] != "to" && w[i + 2] != "until")) usage();
+      p.from = parse_duration(w[i + 1], v.where, "network.partition");
+      p.until = parse_duration(w[i + 3], v.where, "network.partition");
+      if (p.until <= p.from) fail(v.where, "network.partition", "the window must end after it starts");
+      s.partitions.push_back(p);
+      partition_sets_.push_back({a, b, v.where});
+    }
+  }
+  struct TwoSets {
+    std::string a, b, where;
+  };
+  std::vector<TwoSets> link_sets_, partition_sets_;
+
+  std::uint32_t class_index(const std::string& name, const std::string& where, const std::string& key, const Scenario& s) {
+    for (std::size_t i = 0; i < s.classes.size(); ++i)
+      if (s.classes[i].name == name) return static_cast<std::uint32_t>(i);
+    std::string known;
+    for (const auto& c : s.classes) known += (known.empty() ? "" : ", ") + c.name;
+    fail(where, key, "no class named '" + name + "' (classes: " + known + ")");
+  }
+
+  static std::int64_t peer_index(const std::string& w) {
+    if (w.size() < 2 || w[0] != 'p') return -1;
+    std::int64_t x = 0;
+    auto [p, ec] = std::from_chars(w.data() + 1, w.data() + w.size(), x);
+    return ec == std::errc() && p == w.data() + w.size() ? x : -1;
+  }
+
+  void churn(Scenario& s) {
+    std::vector<ChurnAction> acts;
+    std::uint32_t next_id = s.founders;
+    std::uint32_t join_class = 0;
+    if (const RawValue* v = r_.last("churn.join_class")) join_class = class_index(v->value, v->where, "churn.join_class", s);
+    struct JoinSpec {
+      double at;
+      std::int64_t peer;
+      std::uint32_t count, cls;
+      std::string where;
+    };
+    std::vector<JoinSpec> joins;
+    for (const char* kind : {"crash", "leave"}) {
+      for (const RawValue& v : r_.all(std::string("churn.") + kind)) {
+        const auto w = words(v.value);
+        const std::string key = std::string("churn.") + kind;
+        if (w.size() != 3 || w[1] != "at")
+          fail(v.where, key, std::string("expected `PEER at T` or `random at T`, got '") + v.value + "'");
+        ChurnAction a;
+        a.kind = kind[0] == 'c' ? ChurnAction::Kind::Crash : ChurnAction::Kind::Leave;
+        a.at = parse_duration(w[2], v.where, key);
+        a.where = v.where;
+        if (w[0] != "random") {
+          a.peer = peer_index(w[0]);
+          if (a.peer < 0) fail(v.where, key, "'" + w[0] + "' is not a peer id (p0, p1, ...) or random");
+        }
+        acts.push_back(a);
+      }
+    }
+    for (const RawValue& v : r_.all("churn.join")) {
+      // "[COUNT|PEER] at T [class NAME]"
+      const auto w = words(v.value);
+      const auto usage = [&] {
+        fail(v.where, "churn.join", "expected `[COUNT|PEER] at T [class NAME]`, got '" + v.value + "'");
+      };
+      std::size_t i = 0;
+      JoinSpec j{0, -1, 1, join_class, v.where};
+      if (w.empty()) usage();
+      if (w[0] != "at") {
+        if (w[0][0] == 'p') {
+          j.peer = peer_index(w[0]);
+          if (j.peer < 0) usage();
+        } else {
+          convert(w[0], v.where, "churn.join", j.count);
+          if (j.count == 0) fail(v.where, "churn.join", "the count must be >= 1");
+        }
+        ++i;
+      }
+      if (i + 2 > w.size() || w[i] != "at") usage();
+      j.at = parse_duration(w[i + 1], v.where, "churn.join");
+      i += 2;
+      if (i < w.size()) {
+        if (i + 2 != w.size() || w[i] != "class") usage();
+        j.cls = class_index(w[i + 1], v.where, "churn.join", s);
+      }
+      joins.push_back(j);
+    }
+    // Poisson rates: every time drawn now, from the seed, so the set of ids is known.
+    double rates[3] = {0, 0, 0};
+    get("churn.crash_rate", rates[0]);
+    get("churn.leave_rate", rates[1]);
+    get("churn.join_rate", rates[2]);
+    double from = 0, until = s.duration;
+    dur("churn.from", from);
+    dur("churn.until", until);
+    const char* rate_keys[3] = {"churn.crash_rate", "churn.leave_rate", "churn.join_rate"};
+    Rng rng = Rng(s.seed).fork(streams::kPoisson);
+    for (int k = 0; k < 3; ++k) {
+      if (rates[k] < 0) fail(where_of(rate_keys[k]), rate_keys[k], "a rate must be >= 0");
+      if (rates[k] == 0) continue;
+      if (!(until > from))
+        fail(where_of(rate_keys[k]), rate_keys[k], "a Poisson rate needs a window: set run.duration or churn.until after churn.from");
+      if (rates[k] * (until - from) > 1e6) fail(where_of(rate_keys[k]), rate_keys[k], "more than a million churn events");
+      Rng r = rng.fork(static_cast<std::uint64_t>(k));
+      for (double t = from + r.exponential(rates[k]); t < until; t += r.exponential(rates[k])) {
+        if (k == 2) {
+          joins.push_back({t, -1, 1, join_class, where_of(rate_keys[k])});
+        } else {
+          ChurnAction a;
+          a.kind = k == 0 ? ChurnAction::Kind::Crash : ChurnAction::Kind::Leave;
+          a.at = t;
+          a.where = where_of(rate_keys[k]);
+          acts.push_back(a);
+        }
+      }
+    }
+    // New ids in time order of their joins (stable for equal times: file order).
+    std::stable_sort(joins.begin(), joins.end(), [](const JoinSpec& a, const JoinSpec& b) { return a.at < b.at; });
+    for (const JoinSpec& j : joins) {
+      for (std::uint32_t c = 0; c < j.count; ++c) {
+        ChurnAction a;
+        a.kind = ChurnAction::Kind::Join;
+        a.at = j.at;
+        a.where = j.where;
+        a.cls = j.cls;
+        if (j.peer >= 0) {
+          a.peer = j.peer;
+        } else {
+          a.peer = next_id++;
+          joiner_class_.push_back(j.cls);
+        }
+        acts.push_back(a);
+      }
+    }
+    s.total_ids = next_id;
+    for (const auto& a : acts) {
+      if (a.peer >= static_cast<std::int64_t>(s.total_ids))
+        fail(a.where, "churn", "p" + std::to_string(a.peer) + " does not exist (ids are p0..p" + std::to_string(s.total_ids - 1) +
+                                   "; a join without a name creates the next one)");
+    }
+    std::stable_sort(acts.begin(), acts.end(), [](const ChurnAction& a, const ChurnAction& b) { return a.at < b.at; });
+    s.churn = std::move(acts);
+  }
+
+  PeerSet resolve(const std::string& text, const std::string& where, const std::string& key, const Scenario& s) {
+    PeerSet out;
+    std::vector<bool> in(s.total_ids, false);
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      const auto comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+      if (item.empty()) fail(where, key, "empty item in peer set '" + text + "'");
+      if (item == "all") {
+        std::fill(in.begin(), in.end(), true);
+        continue;
+      }
+      const auto dots = item.find("..");
+      if (dots != std::string::npos) {
+        const auto a = peer_index(item.substr(0, dots)), b = peer_index(item.substr(dots + 2));
+        if (a < 0 || b < a) fail(where, key, "bad range '" + item + "' (expected pA..pB with A <= B)");
+        if (b >= static_cast<std::int64_t>(s.total_ids))
+          fail(where, key, "'" + item + "' goes past the last peer p" + std::to_string(s.total_ids - 1));
+        for (auto i = a; i <= b; ++i) in[static_cast<std::size_t>(i)] = true;
+        continue;
+      }
+      if (const auto p = peer_index(item); p >= 0) {
+        if (p >= static_cast<std::int64_t>(s.total_ids))
+          fail(where, key, "'" + item + "' does not exist (ids are p0..p" + std::to_string(s.total_ids - 1) + ")");
+        in[static_cast<std::size_t>(p)] = true;
+        continue;
+      }
+      const std::uint32_t c = class_index(item, where, key, s);
+      std::uint32_t first = 0;
+      for (std::uint32_t k = 0; k < c; ++k) first += s.classes[k].count;
+      for (std::uint32_t i = first; i < first + s.classes[c].count; ++i) in[i] = true;
+      for (std::size_t j = 0; j < joiner_class_.size(); ++j)
+        if (joiner_class_[j] == c) in[s.founders + j] = true;
+    }
+    for (std::uint32_t i = 0; i < s.total_ids; ++i)
+      if (in[i]) out.push_back(i);
+    return out;
+  }
+
+  void resolve_sets(Scenario& s) {
+    stragglers(s);
+    for (const auto& [si, pi] : pending_stragglers_)
+      s.stragglers[si].who = resolve(pending_[pi].text, pending_[pi].where, pending_[pi].key, s);
+    for (std::size_t i = 0; i < s.links.size(); ++i) {
+      s.links[i].a = resolve(link_sets_[i].a, link_sets_[i].where, "network.link", s);
+      s.links[i].b = resolve(link_sets_[i].b, link_sets_[i].where, "network.link", s);
+    }
+    for (std::size_t i = 0; i < s.partitions.size(); ++i) {
+      auto& p = s.partitions[i];
+      p.a = resolve(partition_sets_[i].a, partition_sets_[i].where, "network.partition", s);
+      if (!partition_sets_[i].b.empty()) {
+        p.b = resolve(partition_sets_[i].b, partition_sets_[i].where, "network.partition", s);
+      } else {
+        std::vector<bool> in(s.total_ids, false);
+        for (auto x : p.a) in[x] = true;
+        for (std::uint32_t k = 0; k < s.total_ids; ++k)
+          if (!in[k]) p.b.push_back(k);
+      }
+      for (auto x : p.a)
+        if (std::binary_search(p.b.begin(), p.b.end(), x))
+          fail(p.where, "network.partition", "p" + std::to_string(x) + " is on both sides");
+    }
+    if (s.topology == Topology::Hypercube && (s.total_ids & (s.total_ids - 1)) != 0)
+      fail(where_of("gossip.topology"), "gossip.topology", "a hypercube needs a power-of-two number of peer ids, have " +
+                                                               std::to_string(s.total_ids));
+  }
+
+  void output(Scenario& s) {
+    if (dur("output.sample_every", s.sample_every)) positive("output.sample_every", s.sample_every);
+    get("output.eval_peers", s.eval_peers);
+    get("output.eval_rows", s.eval_rows);
+    get("output.peer_evals", s.peer_evals);
+    get("output.eval_every_steps", s.eval_every_steps);
+    get("output.log_exchanges", s.log_exchanges);
+    get("output.log_views", s.log_views);
+    if (s.duration > 0 && s.duration / s.sample_every > 1e6)
+      fail(where_of("output.sample_every"), "output.sample_every", "more than a million samples: sample less often");
+  }
+};
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+                        const std::string& base_dir) {
+  Raw raw;
+  raw.parse_text(text, name, base_dir, 0);
+  for (std::size_t i = 0; i < overrides.size(); ++i) raw.apply_override(overrides[i], static_cast<int>(i));
+  return Builder(raw).build(name);
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) throw ScenarioError(path + ": cannot read the scenario file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const auto slash = path.find_last_of('/');
+  return parse_scenario(ss.str(), path, overrides, slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+}  // namespace rumor::sim

@@ -1,0 +1,176 @@
+// Scenario files of rumor-sim: the parsed, checked description of one simulated study.
+//
+// Format (docs/sim.md is the reference): INI-like, one `key = value` per line, `# comments`,
+// `[section]` headers (`[run]`, `[workload]`, `[gossip]`, `[network]`, `[compute]`,
+// `[class.NAME]`, `[churn]`, `[output]`), an optional top-level `include = FILE` (relative to
+// the including file). A later assignment of the same key replaces the earlier one (so an
+// included calibration fragment or `--set section.key=value` overrides); keys that describe a
+// list of things (`link`, `partition`, `straggler`, `crash`, `leave`, `join`) append instead.
+//
+// Contract: parsing never half-succeeds. Every unknown key, unknown section and bad value is a
+// ScenarioError whose message names the place (file:line, or --set) and the key; rumor-sim
+// turns it into exit code 2. Peer sets (`p0..p7`, `p1,p3`, a class name, `all`) are resolved
+// against the final peer count here too, so mistakes show before any data is loaded.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/codec.hpp"
+
+namespace rumor::sim {
+
+struct ScenarioError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class StepDist { Constant, Normal, Lognormal, Exponential };
+enum class Topology { Complete, Ring, Torus, Hypercube, Exponential };
+enum class Bootstrap { Seed, Neighbours, All };
+enum class WorkloadKind { Model, Quadratic };
+
+const char* topology_name(Topology t);
+
+// A set of peers by index, resolved at parse time against every id that will ever exist
+// (founders + scheduled and Poisson joins).
+using PeerSet = std::vector<std::uint32_t>;
+
+struct PeerClass {
+  std::string name;            // "default" when the file has no [class.*] section
+  std::uint32_t count = 0;     // founders of this class (contiguous ids, in file order)
+  double step_time = 0.01;     // mean seconds of one training step (or averaging tick)
+  StepDist dist = StepDist::Constant;
+  double sd = 0.1;             // normal: relative sd; lognormal: sigma of log (mean kept 1)
+  double bandwidth = 1.25e9;   // NIC bytes/s (serialisation of outgoing messages)
+  double latency = 0.0;        // extra one-way access latency of links touching this class
+  double exchange_cpu = 0.0;   // seconds of CPU per payload message sent or received
+  double eval_time = 0.0;      // seconds a peer evaluation (peer_evals) holds the peer
+  double start = 0.0;          // seconds from (re)start to the first step (loading data)
+};
+
+struct LinkSpec {
+  PeerSet a, b;                // both directions between every a and every b
+  double latency = -1;         // < 0: unchanged
+  double bandwidth = -1;       // < 0: unchanged
+  std::string where;
+};
+
+struct PartitionSpec {
+  PeerSet a, b;                // b empty at parse time means "everyone not in a" (filled in)
+  double from = 0, until = 0;  // [from, until)
+  std::string where;
+};
+
+struct StragglerSpec {
+  PeerSet who;                 // resolved; `fraction` picks at build time from the seed
+  double fraction = -1;        // >= 0: this fraction of the founders, drawn from the seed
+  double at = 0, until = -1;   // until < 0: for ever
+  double factor = 1;           // step time multiplier
+  std::string where;
+};
+
+struct ChurnAction {
+  enum class Kind { Crash, Leave, Join } kind = Kind::Crash;
+  std::int64_t peer = -1;      // crash/leave: -1 = a uniformly random training peer;
+                               // join: the id (a new one, or a crashed/left one: a restart)
+  std::uint32_t cls = 0;       // join: class index of a new peer
+  double at = 0;
+  std::string where;
+};
+
+struct Scenario {
+  std::string source;          // the file given on the command line
+  // [run]
+  std::uint64_t seed = 1;
+  double duration = 0;         // hard end of virtual time; 0 = when every peer is done
+  double settle = 3.0;         // like rumor-peer --settle (its default)
+  double settle_tick = 0.002;  // the daemon's settle loop wakes every 2 ms
+  // [workload]
+  WorkloadKind workload = WorkloadKind::Model;
+  bool training = true;        // false: pure averaging (peers tick, parameters never trained)
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp:256,128";
+  std::string partition = "iid";
+  std::string optimizer = "adam";
+  double lr = 1e-3, momentum = 0.9, weight_decay = 0;
+  std::string schedule = "constant";
+  std::uint64_t warmup_steps = 0;
+  std::size_t batch = 64;
+  double epochs = 0;           // per-peer stopping rules (the first one reached, like rumor-peer);
+  std::uint64_t steps = 0;     // all 0 = 5 epochs (model) / until `duration`
+  double peer_duration = 0;    //   seconds of a peer's own life
+  bool same_seed = true;       // every peer's trainer uses `seed` (rumor-peer's default)
+  std::size_t dim = 100;       // quadratic / averaging vector length
+  double curvature_min = 1, curvature_max = 1;  // h_j log-spaced in [min, max]
+  double noise = 1.0;          // quadratic: gradient noise sd
+  double x0 = 1.0;             // quadratic: every coordinate's start
+  // Training off: where each peer's parameters start. "model": the model's own initialisation
+  // with a per-peer seed; "normal": N(init_mean, init_sd); "bits:K": init_mean + init_sd * k / 2^K
+  // with k uniform in [0, 2^K) (dyadic: float averaging stays exact longer). "auto": model for
+  // the model kind, normal for the quadratic.
+  double init_mean = 0, init_sd = 1;
+  std::string init_values = "auto";
+  // [gossip]
+  std::uint64_t local_steps = 1;
+  std::size_t max_in_flight = 2;
+  bool mix_samples = false;
+  double exchange_timeout = 5, suspect_timeout = 5, failure_backoff = 1, join_retry = 1;
+  int suspect_after = 3;
+  std::size_t digest_limit = 32;
+  Topology topology = Topology::Complete;
+  Bootstrap bootstrap = Bootstrap::Seed;
+  double staleness = INFINITY;       // core's bounded staleness (SSP); inf = asynchronous
+  PayloadCodec codec = PayloadCodec::None;
+  double topk_fraction = 0.01;
+  double probe_interval = 0.5, probe_timeout = 0.25;  // SWIM failure detector
+  bool fetch_state = true;           // joiners fetch the swarm's model (state transfer)
+  double state_timeout = 2.0, leave_timeout = 1.5;
+  double state_wait = 60;            // a joiner that got no model by then trains from its own (daemon: 60 s)
+  double leave_wait = 4;             // a leaving peer exits by then even without a LeaveAck (daemon: 4 s)
+  // [network]
+  double latency = 50e-6;      // one-way base latency of every link
+  double jitter = 0;           // mean of an exponential extra delay per message
+  double loss = 0;             // probability a message vanishes
+  double refused_after = -1;   // < 0: two link latencies (a refused TCP connect)
+  std::vector<LinkSpec> links;
+  std::vector<PartitionSpec> partitions;
+  // [compute] defaults and [class.*]
+  double mid_fraction = 0.9;   // where in a step the mid-step boundary lies
+  // > 0: every peer runs on one machine with this many cores (the quickstart: 4 peers, 2
+  // cores): a step, its exchange CPU and an evaluation take longer by the peer's fair share
+  // of the cores, max(1, W / (335 cores)), W = the scheduler weights of what runs: 335 for a
+  // peer training, evaluating or settling (rumor-peer's compute thread is at nice 5), 1024 for
+  // one loading its data (nice 0). docs/sim.md.
+  double shared_cores = 0;
+  std::vector<PeerClass> classes;
+  std::vector<StragglerSpec> stragglers;
+  // [churn]
+  std::vector<ChurnAction> churn;  // explicit and Poisson, sorted by time
+  std::uint32_t founders = 0;      // peers at t = 0
+  std::uint32_t total_ids = 0;     // founders + every join that creates a new id
+  // [output]
+  double sample_every = 1.0;
+  std::size_t eval_peers = 4;
+  std::size_t eval_rows = 0;       // 0 = the whole test set
+  bool peer_evals = false;         // per-peer evaluations at the daemon's points
+  std::uint64_t eval_every_steps = 0;  // peer_evals: 0 = once per epoch (rumor-peer's default)
+  bool log_exchanges = false, log_views = false;
+};
+
+// Parses `path` with `overrides` ("section.key=value", applied last, in order; rumor-sim's
+// --seed S is the override run.seed=S). Throws ScenarioError.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides);
+// The same from text (tests); `name` stands for the file in messages, includes are relative
+// to `base_dir`.
+Scenario parse_scenario(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides, const std::string& base_dir = ".");
+
+// Values with units: durations ("10ms", "2.5", "1min"), bandwidths ("1Gbit", "100MB", "3e8").
+// Throw ScenarioError naming `where` and `key`.
+double parse_duration(const std::string& v, const std::string& where, const std::string& key);
+double parse_bandwidth(const std::string& v, const std::string& where, const std::string& key);
+
+}  // namespace rumor::sim

@@ -1,0 +1,105 @@
+// The discrete-event simulator: many peers running core's real Gossip protocol and Trainer
+// behind a simulated Env (virtual time), in one thread.
+//
+// What a peer does mirrors rumor-peer's compute loop (peer/daemon.cpp) so a study predicts a
+// real run:
+//   load (class `start` s) -> Gossip::start(seeds) -> [wait for the swarm's model] -> [eval] ->
+//   repeat until a stop rule: { drain; [staleness wait]; compute_gradient; drain;
+//                               apply_gradient; on_step_done; [eval every epoch / N steps] }
+//   -> drain -> settle (no training; on_idle at the training cadence, until `settle` s, no
+//      live peer, or settled) -> [final eval] -> Gossip::leave(false) -> exit (from then on,
+//      connections to it are refused).
+// "drain" hands the inputs queued during the step (messages, timers, send failures) to Gossip
+// in arrival order. A peer that is not in a step (settling; training off) handles inputs as
+// they arrive. Gossip is therefore only ever called between steps, as its contract requires.
+// A step's virtual duration comes from the compute model; its math is done at the mid-step
+// boundary (the parameters cannot change during a step: inputs wait for its boundaries).
+//
+// Engine: events in a binary heap ordered by (virtual time, sequence); equal times run in the
+// order scheduled. The clock jumps from event to event. A timeseries sample at time T sees
+// every event with time <= T and none later. No wall clock reaches any output.
+//
+// Churn: crash = the process vanishes now (mid-step too); connections to it are refused after
+// `refused_after`. Graceful leave = what SIGTERM does to rumor-peer: at its next step boundary
+// it drains, skips settling, Gossip::leave() (announce, hand the model over), waits for the
+// LeaveAck (bounded) and exits. Join = a new process with a new id, or a restart of a dead one
+// (a higher incarnation), joining through seeds chosen by `bootstrap`.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gossip.hpp"
+#include "sim/scenario.hpp"
+
+namespace rumor::sim {
+
+class SimEnv;
+
+enum class PeerState : std::uint8_t { Pending, Training, Settling, Done, Crashed, Left };
+const char* peer_state_name(PeerState s);
+
+// One row of timeseries.csv.
+struct Sample {
+  double time = 0;
+  std::uint32_t peers = 0;           // live (training or settling)
+  double mean_step = 0;              // over the sampled peers
+  double loss = 0, test_acc = 0;     // of the average model
+  double peer_loss = 0, peer_acc = 0, peer_acc_min = 0;  // of eval_peers peers' own models
+  double consensus_distance = 0;     // sqrt(mean_i |x_i - xbar|^2) / |xbar|
+  double spread = 0;                 // sqrt(mean_i |x_i - xbar|^2)
+  std::uint64_t bytes = 0, exchanges = 0, failed = 0, dropped = 0;
+};
+
+struct Totals {
+  std::uint64_t events = 0, messages = 0, bytes = 0, dropped = 0, refused = 0;
+  std::uint64_t exchanges = 0, answered = 0, failed = 0, rejected = 0;
+  std::uint64_t crashes = 0, leaves = 0, joins = 0, steps = 0;
+};
+
+class Simulation {
+ public:
+  // Builds the workload (loads data), the founders and the churn schedule. Throws
+  // ScenarioError / DataError / std::invalid_argument with a readable reason.
+  explicit Simulation(const Scenario& s);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  // Runs to the end: run.duration, or until no event is left.
+  void run();
+  // Runs every event with time <= t (and the samples up to t); false once nothing is left.
+  bool run_until(double t);
+  double now() const;
+  bool finished() const;
+
+  // Outputs (docs/sim.md): the text of timeseries.csv, events.csv and summary.json.
+  std::string timeseries_csv() const;
+  std::string events_csv() const;
+  std::string summary_json() const;
+  // Writes the three files into `dir` (created if missing). Throws std::runtime_error.
+  void write_outputs(const std::string& dir) const;
+
+  // Inspection, for tests and studies.
+  const Scenario& scenario() const;
+  std::uint32_t ids() const;
+  PeerState state(std::uint32_t peer) const;
+  std::span<const float> params(std::uint32_t peer) const;  // empty if it has no model
+  const Gossip* gossip(std::uint32_t peer) const;            // null unless running
+  std::uint64_t steps(std::uint32_t peer) const;
+  // Mean parameters (in double) over the peers a sample would use; their count in `n`.
+  std::vector<double> mean_params(std::size_t* n = nullptr) const;
+  Sample sample_now();  // computed now (not recorded)
+  const std::vector<Sample>& samples() const;
+  const Totals& totals() const;
+  // The noisy quadratic's closed form for n peers (docs/sim.md, check 2); 0 for other kinds.
+  double quadratic_stationary_loss(std::uint32_t n) const;
+
+ private:
+  friend class SimEnv;  // the peers' Env reaches the engine
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rumor::sim

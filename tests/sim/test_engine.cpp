@@ -1,0 +1,360 @@
+// The simulator engine: determinism, the tie rule, the network and compute models, pure
+// averaging (consensus and the conserved mean), and every kind of churn and fault running to
+// the end. Small swarms and the quadratic or synthetic workloads keep each case well under a
+// second or two.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "sim/event_queue.hpp"
+#include "sim/scenario.hpp"
+#include "sim/simulator.hpp"
+
+using namespace rumor::sim;
+
+namespace {
+
+Scenario scn(const std::string& text, const std::vector<std::string>& sets = {}) {
+  return parse_scenario(text, "test.ini", sets);
+}
+
+// A small quadratic swarm that trains: fast, and every protocol path is exercised.
+const char* kQuad = R"(
+[run]
+peers = 12
+seed = 5
+settle = 0.2
+[workload]
+kind = quadratic
+dim = 32
+lr = 0.05
+noise = 0.5
+steps = 300
+[compute]
+step_time = 10ms
+dist = normal
+sd = 0.2
+[network]
+latency = 2ms
+jitter = 0.5ms
+bandwidth = 100Mbit
+[gossip]
+exchange_timeout = 0.5
+suspect_timeout = 0.5
+failure_backoff = 0.1
+[output]
+sample_every = 0.5
+log_exchanges = on
+)";
+
+struct Outputs {
+  std::string ts, ev, sum;
+};
+Outputs run_all(const Scenario& s) {
+  Simulation sim(s);
+  sim.run();
+  return {sim.timeseries_csv(), sim.events_csv(), sim.summary_json()};
+}
+
+std::size_t count_rows(const std::string& csv, const std::string& event) {
+  std::istringstream in(csv);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("," + event + ",") != std::string::npos) ++n;
+  return n;
+}
+
+double rel_mean_drift(const std::vector<double>& m0, const std::vector<double>& m) {
+  double d = 0, n = 0;
+  for (std::size_t j = 0; j < m.size(); ++j) {
+    d += (m[j] - m0[j]) * (m[j] - m0[j]);
+    n += m0[j] * m0[j];
+  }
+  return std::sqrt(d / n);
+}
+
+std::string averaging(int peers, const std::string& init, int seed, double duration) {
+  return "[run]\npeers = " + std::to_string(peers) + "\nseed = " + std::to_string(seed) + "\nduration = " +
+         std::to_string(duration) +
+         "\nsettle = 0\n[workload]\nkind = quadratic\ntraining = off\ndim = 64\ninit_mean = 1\ninit_sd = 1\n"
+         "init_values = " + init +
+         "\n[gossip]\nbootstrap = all\n[compute]\nstep_time = 1\ndist = exponential\n[network]\nlatency = 1us\n"
+         "[output]\nsample_every = 1\n";
+}
+
+}  // namespace
+
+TEST_CASE("engine: equal times run in the order scheduled (the tie rule)") {
+  EventQueue q;
+  for (std::uint64_t i = 0; i < 50; ++i) {
+    Event e;
+    e.t = (i % 3 == 0) ? 1.0 : 0.5;
+    e.arg = i;
+    q.push(e);
+  }
+  double t = 0;
+  std::uint64_t last_seq = 0;
+  std::uint64_t last_arg_at_half = 0, last_arg_at_one = 0;
+  bool first = true;
+  while (!q.empty()) {
+    const Event e = q.pop();
+    CHECK(e.t >= t);
+    if (e.t == t && !first) CHECK(e.seq > last_seq);
+    auto& last = e.t == 0.5 ? last_arg_at_half : last_arg_at_one;
+    CHECK((e.arg >= last || last == 0));
+    last = e.arg;
+    t = e.t;
+    last_seq = e.seq;
+    first = false;
+  }
+}
+
+TEST_CASE("engine: the same scenario and seed give byte-identical outputs, another seed does not") {
+  const Scenario s = scn(kQuad);
+  const Outputs a = run_all(s), b = run_all(s);
+  CHECK(a.ts == b.ts);
+  CHECK(a.ev == b.ev);
+  CHECK(a.sum == b.sum);
+  CHECK(a.ts.size() > 500);
+  CHECK(count_rows(a.ev, "exchange") > 1000);
+  const Outputs c = run_all(scn(kQuad, {"run.seed=6"}));
+  CHECK(a.ts != c.ts);
+  CHECK(a.ev != c.ev);
+  CHECK(a.sum != c.sum);
+}
+
+TEST_CASE("engine: a model workload with churn is deterministic too") {
+  const std::string text = R"(
+[run]
+peers = 6
+seed = 3
+[workload]
+kind = model
+data = synthetic
+model = logreg
+batch = 32
+steps = 60
+[compute]
+step_time = 5ms
+dist = lognormal
+sd = 0.3
+[network]
+latency = 1ms
+[churn]
+crash = p2 at 0.1
+join = at 0.15
+[output]
+sample_every = 0.05
+eval_rows = 500
+peer_evals = on
+eval_every_steps = 20
+)";
+  const Outputs a = run_all(scn(text)), b = run_all(scn(text));
+  CHECK(a.ts == b.ts);
+  CHECK(a.ev == b.ev);
+  CHECK(a.sum == b.sum);
+  CHECK(count_rows(a.ev, "eval") > 10);
+  CHECK(a.sum.find("\"crashes\": 1") != std::string::npos);
+  CHECK(a.sum.find("\"joins\": 1") != std::string::npos);
+}
+
+TEST_CASE("engine: training off, consensus falls to zero and float32 mixing keeps the mean") {
+  // Over a full convergence the mean moves by float32 rounding only: each exchange writes
+  // round((x_i + x_j) / 2) to both peers, so the sum can move by one ulp (2^-23 relative) per
+  // exchange that rounds; the random walk of those ulps gives ~1e-7 relative (docs/sim.md).
+  for (int n : {16, 64}) {
+    Simulation sim(scn(averaging(n, "normal", 1, 60)));
+    sim.run_until(0);
+    const auto m0 = sim.mean_params();
+    const double cd0 = sim.samples().front().consensus_distance;
+    sim.run();
+    const auto m = sim.mean_params();
+    INFO(n << " peers");
+    CHECK(cd0 > 0.3);
+    CHECK(sim.samples().back().consensus_distance == 0.0);  // every peer holds the same floats
+    CHECK(sim.gossip(0)->view().live_count() == static_cast<std::size_t>(n - 1));
+    const double drift = rel_mean_drift(m0, m);
+    MESSAGE(n << " peers: mean moved by " << drift << " (relative) over the whole convergence");
+    CHECK(drift < 1e-6);
+  }
+}
+
+TEST_CASE("engine: training off, the mean is conserved to 1e-9 while the arithmetic is exact") {
+  // Dyadic starting values (1 + k/4) leave float32 ~20 bits of room: the first ~4 rounds of
+  // averaging are exact, and there every exchange conserves the sum exactly.
+  for (int seed : {1, 2, 3}) {
+    Simulation sim(scn(averaging(16, "bits:2", seed, 60)));
+    sim.run_until(0);
+    const auto m0 = sim.mean_params();
+    const double cd0 = sim.samples().front().consensus_distance;
+    sim.run_until(3.5);
+    const auto m = sim.mean_params();
+    const double cd = sim.sample_now().consensus_distance;
+    INFO("seed " << seed << ": consensus " << cd0 << " -> " << cd);
+    CHECK(cd < cd0 / 4);
+    CHECK(rel_mean_drift(m0, m) <= 1e-9);
+  }
+}
+
+TEST_CASE("network: a message is serialised at the NIC's bandwidth, then takes the latency") {
+  // Two peers, 250,000 floats (1 MB payload) at 10 MB/s and 20 ms: an exchange's round trip is
+  // two messages of ~0.1 s each plus two latencies, and the responder answers at once (it is
+  // idle: training off).
+  const Scenario s = scn(R"(
+[run]
+peers = 2
+duration = 3
+settle = 0
+[workload]
+kind = quadratic
+training = off
+dim = 250000
+[compute]
+step_time = 1
+[network]
+latency = 20ms
+bandwidth = 10MB
+[gossip]
+max_in_flight = 1
+bootstrap = all
+[output]
+log_exchanges = on
+)");
+  Simulation sim(s);
+  sim.run();
+  const std::string ev = sim.events_csv();
+  const auto at = ev.find("initiator rtt=");
+  REQUIRE(at != std::string::npos);
+  const double rtt = std::stod(ev.substr(at + 14));
+  const double bytes = 32 + 1000000 + 100;  // frame header + payload + a small message header
+  CHECK(rtt == doctest::Approx(2 * (bytes / 10e6 + 0.02)).epsilon(0.01));
+}
+
+TEST_CASE("network: a partition cuts exchanges across it for its window only") {
+  const Scenario s = scn(kQuad, {"network.partition=p0..p5 from 1 to 2", "workload.steps=400"});
+  Simulation sim(s);
+  sim.run();
+  std::istringstream in(sim.events_csv());
+  int across_inside = 0, across_outside = 0, within_inside = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(",exchange,") == std::string::npos) continue;
+    const double t = std::stod(line);
+    const int a = std::stoi(line.substr(line.find(",p") + 2));
+    const auto o = line.find(",exchange,p") + 11;
+    const int b = std::stoi(line.substr(o));
+    const bool across = (a < 6) != (b < 6);
+    const bool inside = t > 1.1 && t < 2.0;  // past the deadline of exchanges begun before
+    if (inside) (across ? across_inside : within_inside)++;
+    else if (across) across_outside++;
+  }
+  CHECK(across_inside == 0);
+  CHECK(within_inside > 20);
+  CHECK(across_outside > 100);
+}
+
+TEST_CASE("compute: a straggler slows down at its time, classes set their own speed") {
+  const Scenario s = scn(R"(
+[run]
+duration = 4
+settle = 0
+[workload]
+kind = quadratic
+dim = 8
+lr = 0.01
+[class.gpu]
+count = 4
+step_time = 10ms
+[class.cpu]
+count = 4
+step_time = 40ms
+[compute]
+straggler = p0 at 2 x4
+)");
+  Simulation sim(s);
+  sim.run();
+  // gpu: 400 steps in 4 s, except p0: 200 + 50; cpu: 100.
+  CHECK(sim.steps(1) == doctest::Approx(400).epsilon(0.02));
+  CHECK(sim.steps(0) == doctest::Approx(250).epsilon(0.02));
+  CHECK(sim.steps(5) == doctest::Approx(100).epsilon(0.02));
+}
+
+TEST_CASE("compute: exchange CPU makes steps longer") {
+  const std::string base = "[run]\npeers = 4\nduration = 2\nsettle = 0\n[workload]\nkind = quadratic\ndim = 8\nlr = 0.01\n"
+                           "[compute]\nstep_time = 10ms\n";
+  Simulation a(scn(base)), b(scn(base, {"compute.exchange_cpu=5ms"}));
+  a.run();
+  b.run();
+  // ~2 payload messages sent and ~2 received per step at 5 ms each: steps take ~3x longer.
+  CHECK(a.steps(1) == doctest::Approx(200).epsilon(0.02));
+  CHECK(b.steps(1) < 0.5 * a.steps(1));
+  CHECK(b.steps(1) > 0.2 * a.steps(1));
+}
+
+TEST_CASE("churn: every kind of churn and fault runs to the end without stalling") {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {"crash", {"churn.crash=p3 at 0.5", "churn.crash=p0 at 0.8"}},
+      {"crash mid-settle", {"churn.crash=p1 at 3.05"}},
+      {"random crash", {"churn.crash=random at 1"}},
+      {"leave", {"churn.leave=p2 at 0.7", "churn.leave=p0 at 1.3"}},
+      {"join", {"churn.join=at 1", "churn.join=3 at 1.5"}},
+      {"restart", {"churn.crash=p4 at 0.5", "churn.join=p4 at 1.2"}},
+      {"crash and leave before start", {"churn.join=at 1", "churn.crash=p12 at 1", "churn.leave=p3 at 0"}},
+      {"poisson", {"run.duration=5", "churn.crash_rate=2", "churn.leave_rate=1", "churn.join_rate=3"}},
+      {"partition", {"network.partition=p0..p5 from 0.5 to 1.5"}},
+      {"partition forever", {"network.partition=p0..p1 from 0 to 1000"}},
+      {"loss", {"network.loss=0.2"}},
+      {"loss and jitter", {"network.loss=0.05", "network.jitter=20ms"}},
+      {"slow links", {"network.link=p0..p3 | p4..p11 latency=300ms bandwidth=1Mbit"}},
+      {"stragglers", {"compute.straggler=25% at 0.5 x10", "compute.straggler=p0 at 0 x3 until 1"}},
+      {"everything",
+       {"run.duration=6", "churn.crash_rate=1", "churn.join_rate=1", "network.loss=0.1",
+        "network.partition=p0..p3 from 1 to 2", "compute.straggler=p5 at 0.3 x5"}},
+  };
+  for (const auto& [name, sets] : cases) {
+    INFO(std::string(name));
+    Simulation sim(scn(kQuad, sets));
+    sim.run();
+    CHECK(sim.finished());
+    CHECK(sim.now() < 100);  // a joiner cut off from its seed waits 60 s, as rumor-peer does
+    std::uint32_t running = 0, done = 0;
+    for (std::uint32_t i = 0; i < sim.ids(); ++i) {
+      running += sim.state(i) == PeerState::Training || sim.state(i) == PeerState::Settling;
+      done += sim.state(i) == PeerState::Done;
+    }
+    if (sim.scenario().duration == 0) CHECK(running == 0);  // every peer reached its end
+    CHECK(done + running > 0);
+    CHECK(sim.samples().size() > 2);
+  }
+}
+
+TEST_CASE("churn: a crashed peer is found dead by the others, a restarted one comes back") {
+  Simulation sim(scn(kQuad, {"churn.crash=p3 at 0.5", "churn.join=p3 at 2", "workload.steps=400"}));
+  sim.run();
+  const std::string ev = sim.events_csv();
+  CHECK(count_rows(ev, "crash") == 1);
+  CHECK(count_rows(ev, "restart") == 1);
+  CHECK(count_rows(ev, "view_dead") >= 5);  // most of the 11 others declared it dead
+  CHECK(sim.state(3) == PeerState::Done);
+  CHECK(sim.steps(3) == 400);  // its second life trained to the end
+}
+
+TEST_CASE("churn: a graceful leave stops at a step boundary and is then treated like a crash") {
+  Simulation sim(scn(kQuad, {"churn.leave=p2 at 0.5"}));
+  sim.run();
+  CHECK(sim.state(2) == PeerState::Left);
+  CHECK(sim.steps(2) == 0);  // it took its model with it
+  const std::string ev = sim.events_csv();
+  CHECK(count_rows(ev, "left") == 1);
+  CHECK(count_rows(ev, "exchange_failed") > 0);
+}
+
+TEST_CASE("settle: after training, peers keep exchanging and end close to one model") {
+  Simulation a(scn(kQuad, {"run.settle=0"})), b(scn(kQuad, {"run.settle=1"}));
+  a.run();
+  b.run();
+  // The last sample is of the finished peers' models.
+  CHECK(b.samples().back().consensus_distance < 0.2 * a.samples().back().consensus_distance);
+}
