@@ -53,3 +53,8 @@ at 24; start p2 2/6 $((duration - 24)) --join "$seed" --checkpoint "$out/ckpt-p2
 for name in "${!pid[@]}"; do wait "${pid[$name]}" 2>/dev/null || true; done
 pid=()
 /usr/bin/python3 "$here/examples/elastic_plot.py" "$out"
+# The same schedule in the simulator, and both side by side.
+if [ -x "$build/sim/rumor-sim" ]; then
+  "$build/sim/rumor-sim" "$here/examples/sim/elastic.ini" --out "$out/sim" >/dev/null
+  /usr/bin/python3 "$here/examples/elastic_compare.py" "$out" "$out/sim" "$out/real_vs_sim.png"
+fi
