@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -159,6 +160,12 @@ int Daemon::run() {
              shard->name, shard->rows, partition.str(), task.test.rows, trainer.model().fingerprint(),
              trainer.model().param_count(), trainer.optimizer().name(), cfg_.schedule.base_lr, cfg_.batch,
              seconds_since(t_load));
+
+  // From here on, snapshots and payloads are large buffers allocated per exchange: keep them on
+  // the heap (reused) rather than fresh mmaps, whose page faults cost more than the copy. Set
+  // only now, so the buffers of data loading went back to the system.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
   // --resume: the newest valid checkpoint restores parameters, optimizer state and position.
   std::vector<std::string> resume_view;

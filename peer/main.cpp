@@ -3,8 +3,6 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <malloc.h>
-
 #include <csignal>
 #include <cstdio>
 
@@ -20,10 +18,6 @@ extern "C" void on_signal(int) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Snapshots and payloads are large buffers allocated per exchange: keep them on the heap
-  // (reused) rather than fresh mmaps, whose page faults cost more than the copy itself.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   auto parsed = rumor::peer::parse_command_line(argc, argv);
   if (!parsed.config) return parsed.exit_code;
   rumor::peer::Config cfg = *parsed.config;
