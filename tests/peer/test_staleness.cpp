@@ -70,8 +70,18 @@ TEST_CASE("staleness: with TAU=0 the peers move in lockstep") {
 TEST_CASE("staleness: a throttled peer killed mid-run does not freeze the others") {
   if (!have_fmnist()) return;
   Swarm s("tau2kill", throttled("2", 100000));
-  // The fast peers would follow the slow one forever; stop them by time instead.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // The fast peers would follow the slow one forever; stop them by time instead. First let all
+  // four load their data and train a little (loading takes seconds on a busy machine).
+  const auto t0 = std::chrono::steady_clock::now();
+  auto all_training = [&] {
+    for (std::size_t i = 0; i < 4; ++i)
+      if (metric_lines(s.metrics(i), "step").size() < 10) return false;
+    return true;
+  };
+  while (!all_training() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(all_training());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   s.peers[0]->signal(SIGKILL);
   // Within a few seconds the others must be stepping again at full speed: their clocks move.
   std::this_thread::sleep_for(std::chrono::seconds(4));
