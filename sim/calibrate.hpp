@@ -7,8 +7,9 @@
 //   step_time     one Trainer::step() of mlp:256,128, batch 64, Adam on a Fashion-MNIST shard,
 //                 with `procs` processes stepping at once (so core sharing is in the number);
 //   exchange_cpu  the CPU one payload message costs a peer, per message sent or received: the
-//                 snapshot copy, the frame hash, the socket copy, and on receipt the checks,
-//                 the distance and the mix (net/ and core/ code), also with `procs` at once;
+//                 snapshot copy and the frame hash, or on receipt the hash check, the checks,
+//                 the distance and the mix (net/ and core/ code), with `procs` at once; plus
+//                 the kernel's socket copy (payload bytes / loopback bandwidth);
 //   eval_time     one evaluation on the whole test set, with `procs` at once;
 //   bandwidth     loopback TCP throughput (one connection, 1 MiB writes);
 //   latency       half the loopback TCP round trip of a small message.
@@ -35,6 +36,7 @@ struct Calibration {
   double single_step_time = 0;        // one process alone
   double load_time = 0;               // loading Fashion-MNIST and cutting a shard, alone
   double joiner_load_time = 0;        // the same, procs - 1 at once while one process trains
+  std::size_t payload_bytes = 0;      // the model's parameters as an exchange payload
   int cores = 0;
 };
 

@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
   auto* o_scn = app.add_option("scenario", scenario_path, "Scenario file (docs/sim.md; examples under examples/sim/)");
   auto* o_seed = app.add_option("--seed", seed, "Seed of every random choice (overrides run.seed)");
   app.add_option("--out", out_dir, "Output directory (timeseries.csv, events.csv, summary.json)")->capture_default_str();
-  app.add_option("--set", sets, "Override a scenario key: section.key=value (repeatable; list keys append)");
+  app.add_option("--set", sets, "Override a scenario key: section.key=value (repeatable; list keys append)")
+      ->allow_extra_args(false);
   app.add_flag("--plot", plot, "Also write accuracy.png, loss.png and consensus.png (python3 + matplotlib)");
   app.add_flag("--calibrate", calibrate,
                "Measure this machine (step time of the quickstart model with --procs concurrent processes, "

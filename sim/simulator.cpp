@@ -115,6 +115,7 @@ struct Peer {
   double wait_start = 0, last_idle = -1;
   std::uint64_t wait_iter = 0, wait_slowest = 0;
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
+  bool active = false;    // counted in Impl::active: loading or running
   std::vector<Input> inbox;
   std::unique_ptr<SimEnv> env;
   std::unique_ptr<PeerModel> model;
@@ -154,6 +155,10 @@ struct Simulation::Impl {
   // thread runs at nice 5 (weight 335); a peer still loading its data is at nice 0 (1024).
   static constexpr std::uint32_t kTrainWeight = 335, kLoadWeight = 1024;
   std::uint64_t cpu_weight = 0;
+  // The run is over (without run.duration) once no peer is loading or running and no churn is
+  // to come: events left then are void (timers of exited peers) and must not stretch it.
+  std::uint32_t active = 0;
+  std::size_t churn_left = 0;
   std::vector<double> xbar;  // sampling scratch
   std::vector<float> xbar_f;
 
@@ -307,6 +312,7 @@ Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(
     schedule(s.classes[peers[i].cls].start, EventKind::Start, i, 0);
   }
   for (std::size_t k = 0; k < s.churn.size(); ++k) schedule(s.churn[k].at, EventKind::Churn, 0, 0, k);
+  churn_left = s.churn.size();
   for (Peer& p : peers) update_cpu(p);
   xbar.resize(work->param_count());
 }
@@ -478,10 +484,17 @@ void Simulation::Impl::wait_check(Peer& p, bool tick) {
       p.wait = Peer::Wait::None;
       return final_phase(p);
   }
-  // The daemon polls every 2 ms while the staleness bound holds, every 5 ms otherwise.
-  if (tick) schedule(now + (p.wait == Peer::Wait::Stale ? 0.002 : 0.005), EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
+  // The daemon polls every 2 ms while the staleness bound holds (and calls on_idle every 5 ms).
+  // Waiting for a model or a LeaveAck only ends with an input (handled at once, as the
+  // daemon's wait_for wakes on one) or at the bound: one event at the bound is enough.
+  if (!tick) return;
+  if (p.wait == Peer::Wait::Stale) {
+    schedule(now + 0.002, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
+  } else if (now == p.wait_start) {
+    const double bound = p.wait == Peer::Wait::State ? s.state_wait : s.leave_wait;
+    schedule(p.wait_start + bound, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
+  }
 }
-
 
 bool Simulation::Impl::stop_rule(const Peer& p) const {
   const std::uint64_t st = peer_steps(p);
@@ -613,8 +626,13 @@ void Simulation::Impl::finish_training(Peer& p) {
   final_phase(p);
 }
 
+// The daemon wakes every 2 ms (or on an input) and calls on_idle once a settle tick has
+// passed; with nothing arriving, the wake that matters is the first one after that: go there.
 void Simulation::Impl::arm_settle(Peer& p) {
-  schedule(now + s.settle_tick, EventKind::SettleTick, p.index, p.life, ++p.settle_iter);
+  double next = now + s.settle_tick;
+  if (p.settle_last_idle >= 0) next = std::max(next, p.settle_last_idle + p.settle_tick);
+  next = std::min(next, p.settle_start + s.settle);
+  schedule(std::max(next, now), EventKind::SettleTick, p.index, p.life, ++p.settle_iter);
 }
 
 // One pass of the daemon's settle loop: (inputs were handled) on_idle when a settle tick has
@@ -679,6 +697,11 @@ void Simulation::Impl::update_cpu(Peer& p) {
   }
   cpu_weight = cpu_weight + w - p.cpu;
   p.cpu = w;
+  const bool a = p.exists && (p.state == PeerState::Pending || p.running());
+  if (a != p.active) {
+    p.active = a;
+    if (a) ++active; else --active;
+  }
 }
 
 // ---------------------------------------------------------------- inputs
@@ -911,7 +934,10 @@ void Simulation::Impl::process(const Event& e) {
   RUMOR_CHECK(e.t >= now, "events must come in time order");
   now = e.t;
   ++totals.events;
-  if (e.kind == EventKind::Churn) return churn(s.churn[e.arg]);
+  if (e.kind == EventKind::Churn) {
+    --churn_left;
+    return churn(s.churn[e.arg]);
+  }
   Peer& p = peers[e.peer];
   dispatch(e, p);
   update_cpu(p);
@@ -962,7 +988,8 @@ bool Simulation::Impl::advance(double limit) {
   const double end = end_time();
   for (;;) {
     const double ts = sample_time(next_sample);
-    const bool have = !q.empty() && q.top().t <= end;
+    const bool over = !std::isfinite(end) && active == 0 && churn_left == 0;
+    const bool have = !over && !q.empty() && q.top().t <= end;
     const double te = have ? q.top().t : std::numeric_limits<double>::infinity();
     if (ts <= end && ts < te && ts <= limit && (have || ts <= now)) {
       record_sample(ts);

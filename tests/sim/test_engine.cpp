@@ -309,6 +309,9 @@ TEST_CASE("churn: every kind of churn and fault runs to the end without stalling
       {"loss and jitter", {"network.loss=0.05", "network.jitter=20ms"}},
       {"slow links", {"network.link=p0..p3 | p4..p11 latency=300ms bandwidth=1Mbit"}},
       {"stragglers", {"compute.straggler=25% at 0.5 x10", "compute.straggler=p0 at 0 x3 until 1"}},
+      {"staleness bound", {"gossip.staleness=3", "compute.straggler=p2 at 0.5 x8", "churn.crash=p5 at 1"}},
+      {"codec", {"gossip.codec=int8", "churn.join=at 1"}},
+      {"no state transfer", {"gossip.fetch_state=off", "churn.join=2 at 1"}},
       {"everything",
        {"run.duration=6", "churn.crash_rate=1", "churn.join_rate=1", "network.loss=0.1",
         "network.partition=p0..p3 from 1 to 2", "compute.straggler=p5 at 0.3 x5"}},
@@ -341,14 +344,15 @@ TEST_CASE("churn: a crashed peer is found dead by the others, a restarted one co
   CHECK(sim.steps(3) == 400);  // its second life trained to the end
 }
 
-TEST_CASE("churn: a graceful leave stops at a step boundary and is then treated like a crash") {
+TEST_CASE("churn: a graceful leave stops at a step boundary, hands its model over and is seen to leave") {
   Simulation sim(scn(kQuad, {"churn.leave=p2 at 0.5"}));
   sim.run();
   CHECK(sim.state(2) == PeerState::Left);
   CHECK(sim.steps(2) == 0);  // it took its model with it
   const std::string ev = sim.events_csv();
   CHECK(count_rows(ev, "left") == 1);
-  CHECK(count_rows(ev, "exchange_failed") > 0);
+  CHECK(count_rows(ev, "handover") == 1);       // a neighbour merged its model
+  CHECK(count_rows(ev, "view_leave") >= 5);     // the others learnt it left (not that it died)
 }
 
 TEST_CASE("settle: after training, peers keep exchanging and end close to one model") {
@@ -356,5 +360,5 @@ TEST_CASE("settle: after training, peers keep exchanging and end close to one mo
   a.run();
   b.run();
   // The last sample is of the finished peers' models.
-  CHECK(b.samples().back().consensus_distance < 0.2 * a.samples().back().consensus_distance);
+  CHECK(b.samples().back().consensus_distance < 0.5 * a.samples().back().consensus_distance);
 }
