@@ -1,6 +1,7 @@
 // fuzz_make_seeds DIR: writes the seed corpus, DIR/<target>/<name>, one small valid input per
-// case each target understands (targets.cpp reads them as little programs). The committed
-// fuzz/corpus/ was made with it; rerun it when a format changes:
+// case each target understands (targets.cpp reads them as little programs). The named files
+// of fuzz/corpus/ were made with it (the hash-named ones are inputs libFuzzer found, merged in
+// with -merge=1); rerun it when a format changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus
 #include <cstdio>
 #include <cstring>

@@ -247,6 +247,21 @@ TEST_CASE("handshake: malformed records and wrong frames are refused with a reas
   CHECK(s.reason.find("too short") != std::string::npos);
 }
 
+TEST_CASE("auth: the proof is HMAC-SHA256 over exactly the bytes docs/wire.md lists") {
+  // Computed independently: python3 -c "import hmac,hashlib; print(hmac.new(b'k'*32,
+  //   b'rumor-auth-v1' + b'\x01' + b'\x11'*32 + b'\x22'*32 + b'hello', hashlib.sha256).hexdigest())"
+  const std::string hello = "hello";
+  const Proof p = auth_proof(Bytes(32, 'k'), HandshakeRole::Dialler, nonce_of(0x11), nonce_of(0x22),
+                             Bytes(hello.begin(), hello.end()));
+  std::string hex;
+  for (std::uint8_t b : p) {
+    static const char* digits = "0123456789abcdef";
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  CHECK(hex == "26e324735b62a614fdd56b0e379d6daf1b273297240819f55d394ea15640f014");
+}
+
 TEST_CASE("auth: the proof depends on every input, and comparison is exact") {
   const Bytes hello = {1, 2, 3};
   const Proof p = auth_proof(kKey, HandshakeRole::Dialler, nonce_of(1), nonce_of(2), hello);
