@@ -62,28 +62,37 @@ def main(out):
         except ImportError:
             print("matplotlib missing: no plot")
 
-    runs = [("fast-unthrottled", "no peer throttled"), ("slow-tauinf", "p1 5x slower, TAU=inf"),
-            ("slow-tau500", "p1 5x slower, TAU=500"),
-            ("slow-tau16", "p1 5x slower, TAU=16"), ("slow-tau0", "p1 5x slower, TAU=0")]
-    rows = []
-    for name, label in runs:
-        d = os.path.join(out, name)
-        if not os.path.isdir(d):
-            continue
+    # Staleness runs: stale-<kind>-r<k>, repeated; medians over the repeats.
+    kinds = [("unthrottled", "no peer slow (all --throttle B)"), ("tauinf", "p1 5x slower, TAU=inf"),
+             ("taugenerous", "p1 5x slower, TAU=200"), ("tau16", "p1 5x slower, TAU=16"),
+             ("tau0", "p1 5x slower, TAU=0")]
+    per = {}  # kind -> {repeat: (fast steps/s, slow steps/s, acc)}
+    for d in sorted(glob.glob(os.path.join(out, "stale-*-r*"))):
+        kind, rep = os.path.basename(d)[len("stale-"):].rsplit("-r", 1)
         peers = load(d)
-        if any(p[1] is None for p in peers):
-            print(f"{name}: incomplete")
+        if len(peers) != 4 or any(p[1] is None for p in peers):
+            print(f"{os.path.basename(d)}: incomplete")
             continue
-        # fast peers: p2..p4 (files m2..m4); throughput = steps / wall time
-        fast = [p[1]["steps"] / p[1]["train_wall_s"] for p in peers[1:]]
+        # fast peers: p2..p4 (files m2..m4); throughput = steps / training wall time
+        fast = statistics.mean(p[1]["steps"] / p[1]["train_wall_s"] for p in peers[1:])
         slow = peers[0][1]["steps"] / peers[0][1]["train_wall_s"]
         acc = statistics.mean(p[1]["test_acc"] for p in peers)
-        rows.append((label, statistics.mean(fast), slow, acc))
-    if rows:
-        print(f"\n{'run':<26} {'fast peers steps/s':>19} {'vs unthrottled':>15} {'slow peer steps/s':>18} {'mean acc':>9}")
-        ref = rows[0][1]
-        for label, f, s, acc in rows:
-            print(f"{label:<26} {f:>19.1f} {f / ref:>15.2f} {s:>18.1f} {acc:>9.4f}")
+        per.setdefault(kind, {})[int(rep)] = (fast, slow, acc)
+    ref = per.get("unthrottled", {})
+    if per:
+        print(f"\n{'run':<32} {'n':>2} {'fast peers steps/s':>19} {'vs no slow peer':>16} {'(range)':>12} {'slow peer steps/s':>18} {'mean acc':>9}")
+        for kind, label in kinds:
+            reps = per.get(kind)
+            if not reps:
+                continue
+            f = statistics.median(v[0] for v in reps.values())
+            s = statistics.median(v[1] for v in reps.values())
+            a = statistics.median(v[2] for v in reps.values())
+            ratios = [v[0] / ref[r][0] for r, v in reps.items() if r in ref]
+            rr = f"{statistics.median(ratios):.2f}" if ratios else "-"
+            rng = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else ""
+            print(f"{label:<32} {len(reps):>2} {f:>19.1f} {rr:>16} {rng:>12} {s:>18.1f} {a:>9.4f}")
+        print("(medians over the repeats; 'vs no slow peer' is the median of the per-repeat ratios)")
 
 
 if __name__ == "__main__":

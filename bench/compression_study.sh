@@ -2,12 +2,19 @@
 # Local SGD x codec study (issue: bounded staleness, local SGD and compressed exchanges).
 # 4 peers on loopback, Fashion-MNIST shards 1/4..4/4, default model and optimizer, for every
 # H in {1,4,16,64} and codec in {none,fp16,int8,topk}; then the staleness throughput runs (one
-# peer 5x slower: unthrottled, TAU=inf, TAU=500, TAU=16, TAU=0). Prints tables and writes PNGs.
-# A finite TAU binds as soon as the fast peers are TAU steps ahead, after which they go at the
-# slow peer's pace; within a run of S steps, a TAU of at least (1 - 1/5) S never binds: that is
-# the "generous" one (S = 470 here).
+# peer 5x slower: unthrottled, TAU=inf, a generous TAU, TAU=16, TAU=0). Prints tables and
+# writes PNGs. A finite TAU binds as soon as the fast peers are TAU steps ahead, after which
+# they go at the slow peer's pace; within a run of S steps, a TAU of at least (1 - 1/5) S never
+# binds: that is the "generous" one (S = 235 steps in 1 epoch: TAU = 200).
 #
-# Usage: bench/compression_study.sh [BUILD_DIR] [OUT_DIR]     (env: EPOCHS=2, HS, CODECS)
+# The staleness runs measure throughput, so the 4 peers must not fight over the 2 cores: every
+# peer runs with --throttle BASE_THROTTLE (3: each computes a third of the time, so 4 peers need
+# 4/3 cores), and the slow one with 5 x BASE_THROTTLE; each configuration is repeated REPEATS
+# times, interleaved, and the report gives medians (of the per-repeat ratios, too).
+#
+# Usage: bench/compression_study.sh [BUILD_DIR] [OUT_DIR]
+#   env: PARTS="grid staleness" (either or both), EPOCHS=2 (grid), HS, CODECS,
+#        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$here/build}"
@@ -15,13 +22,19 @@ out="${2:-$here/out/compression}"
 epochs="${EPOCHS:-2}"
 hs="${HS:-1 4 16 64}"
 codecs="${CODECS:-none fp16 int8 topk}"
+parts="${PARTS:-grid staleness}"
+stale_epochs="${STALE_EPOCHS:-1}"
+repeats="${REPEATS:-3}"
+base="${BASE_THROTTLE:-3}"
+slow=$(awk -v b="$base" 'BEGIN { print 5 * b }')
 bin="$build/peer/rumor-peer"
 [ -x "$bin" ] || { echo "build first: $bin not found" >&2; exit 1; }
 mkdir -p "$out"
 
-# run NAME FLAGS-FOR-ALL -- FLAGS-FOR-PEER-1 : starts 4 peers, waits, leaves NAME/m{1..4}.jsonl
+# run NAME FLAGS-FOR-ALL [FLAGS-FOR-PEER-1 [FLAGS-FOR-PEERS-2-4]]: starts 4 peers, waits,
+# leaves NAME/m{1..4}.jsonl
 run() {
-  local name="$1" all="$2" first="${3:-}"
+  local name="$1" all="$2" first="${3:-}" rest="${4:-}"
   local d="$out/$name"
   rm -rf "$d"; mkdir -p "$d"
   "$bin" --listen 127.0.0.1:0 --shard 1/4 --min-peers 4 --name p1 --metrics "$d/m1.jsonl" $all $first 2>"$d/p1.log" &
@@ -32,7 +45,7 @@ run() {
     sleep 0.1
   done
   for k in 2 3 4; do
-    "$bin" --listen 127.0.0.1:0 --join "$seed" --shard "$k/4" --min-peers 4 --name "p$k" --metrics "$d/m$k.jsonl" $all 2>"$d/p$k.log" &
+    "$bin" --listen 127.0.0.1:0 --join "$seed" --shard "$k/4" --min-peers 4 --name "p$k" --metrics "$d/m$k.jsonl" $all $rest 2>"$d/p$k.log" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do timeout 900 tail --pid="$p" -f /dev/null; done
@@ -40,18 +53,26 @@ run() {
   echo "   $name done"
 }
 
-echo "== H x codec grid, $epochs epochs each"
-for h in $hs; do
-  for c in $codecs; do
-    run "H${h}-${c}" "--epochs $epochs --local-steps $h --codec $c"
+if [[ " $parts " == *" grid "* ]]; then
+  echo "== H x codec grid, $epochs epochs each"
+  for h in $hs; do
+    for c in $codecs; do
+      run "H${h}-${c}" "--epochs $epochs --local-steps $h --codec $c"
+    done
   done
-done
+fi
 
-echo "== staleness: one peer 5x slower"
-run "fast-unthrottled" "--epochs $epochs"
-run "slow-tauinf" "--epochs $epochs --staleness inf" "--throttle 5"
-run "slow-tau500" "--epochs $epochs --staleness 500" "--throttle 5"
-run "slow-tau16" "--epochs $epochs --staleness 16" "--throttle 5"
-run "slow-tau0" "--epochs $epochs --staleness 0" "--throttle 5"
+if [[ " $parts " == *" staleness "* ]]; then
+  echo "== staleness: one peer 5x slower ($stale_epochs epoch(s), all peers --throttle $base, the slow one $slow; $repeats repeats)"
+  for r in $(seq 1 "$repeats"); do
+    e="--epochs $stale_epochs"
+    f="--throttle $base"
+    run "stale-unthrottled-r$r" "$e" "$f" "$f"
+    run "stale-tauinf-r$r" "$e --staleness inf" "--throttle $slow" "$f"
+    run "stale-taugenerous-r$r" "$e --staleness 200" "--throttle $slow" "$f"
+    run "stale-tau16-r$r" "$e --staleness 16" "--throttle $slow" "$f"
+    run "stale-tau0-r$r" "$e --staleness 0" "--throttle $slow" "$f"
+  done
+fi
 
 /usr/bin/python3 "$here/bench/compression_report.py" "$out"

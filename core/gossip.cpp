@@ -79,8 +79,20 @@ void Gossip::start_exchange() {
     return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos;
   };
   if (cfg_.neighbours.empty()) {
-    for (const auto& [id, m] : view_.members())
-      if (usable(id, m)) candidates.push_back(id);
+    // Uniform over the usable Alive members. Most are usable, so a few random draws from the
+    // Alive list find one in O(1) even in a swarm of thousands; only when those all miss is
+    // the list scanned.
+    const auto& alive = view_.alive();
+    for (int tries = 0; tries < 8 && !alive.empty(); ++tries) {
+      const Member* m = alive[env_.rng().below(alive.size())];
+      if (usable(m->d.id, *m)) {
+        candidates.push_back(m->d.id);
+        break;
+      }
+    }
+    if (candidates.empty())
+      for (const Member* m : alive)
+        if (usable(m->d.id, *m)) candidates.push_back(m->d.id);
   } else {
     for (const auto& id : cfg_.neighbours)
       if (const Member* m = view_.find(id); m && usable(id, *m)) candidates.push_back(id);

@@ -36,7 +36,13 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     m.d = d;
     m.last_heard = now;
     if (d.state == MemberState::Suspect) m.suspect_since = now;
-    members_.emplace(d.id, m);
+    Member& added = members_.emplace(d.id, m).first->second;
+    all_.push_back(&added);
+    if (added.d.state == MemberState::Alive) {
+      added.alive_pos = alive_.size();
+      alive_.push_back(&added);
+    }
+    live_count_ += added.live();
     return Change{d.id, std::nullopt, d.state};
   }
   Member& m = it->second;
@@ -47,6 +53,7 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
   if (!take) return std::nullopt;
   m.d.incarnation = d.incarnation;
   m.d.state = d.state;
+  state_changed(m, before);
   if (d.state == MemberState::Suspect && before != MemberState::Suspect) m.suspect_since = now;
   if (d.state == MemberState::Alive && before != MemberState::Alive) {
     m.failures = 0;
@@ -62,8 +69,26 @@ std::optional<View::Change> View::set_state(const PeerId& id, MemberState s, dou
   if (!m || m->d.state == s) return std::nullopt;
   const MemberState before = m->d.state;
   m->d.state = s;
+  state_changed(*m, before);
   if (s == MemberState::Suspect) m->suspect_since = now;
   return Change{id, before, s};
+}
+
+void View::state_changed(Member& m, MemberState before) {
+  const bool was_live = before == MemberState::Alive || before == MemberState::Suspect;
+  live_count_ = live_count_ - was_live + m.live();
+  const bool was_alive = before == MemberState::Alive, is_alive = m.d.state == MemberState::Alive;
+  if (was_alive && !is_alive) {
+    // Swap-remove: O(1), and the resulting order is still a function of the merge history.
+    Member* last = alive_.back();
+    alive_[m.alive_pos] = last;
+    last->alive_pos = m.alive_pos;
+    alive_.pop_back();
+    m.alive_pos = static_cast<std::size_t>(-1);
+  } else if (!was_alive && is_alive) {
+    m.alive_pos = alive_.size();
+    alive_.push_back(&m);
+  }
 }
 
 Member* View::find(const PeerId& id) {
@@ -82,12 +107,6 @@ std::vector<PeerId> View::live_ids() const {
   return out;
 }
 
-std::size_t View::live_count() const {
-  std::size_t n = 0;
-  for (const auto& [id, m] : members_) n += m.live();
-  return n;
-}
-
 std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   std::vector<MemberDigest> out;
   out.push_back(self_);
@@ -96,13 +115,31 @@ std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
     for (const auto& [id, m] : members_) out.push_back(m.d);
     return out;
   }
-  std::vector<const Member*> all;
-  for (const auto& [id, m] : members_) all.push_back(&m);
-  // Partial Fisher-Yates: a uniform random subset of limit-1 members.
-  for (std::size_t i = 0; i + 1 < limit; ++i) {
-    std::size_t j = i + rng.below(all.size() - i);
-    std::swap(all[i], all[j]);
-    out.push_back(all[i]->d);
+  // A uniform random subset of limit-1 members, without touching the other thousands: a
+  // partial Fisher-Yates shuffle of the indices 0..n-1 whose few swapped entries are kept in
+  // a small list (index -> value) instead of an n-element array.
+  const std::size_t n = all_.size(), k = limit - 1;
+  std::vector<std::pair<std::size_t, std::size_t>> moved;  // sparse permutation, k*2 entries at most
+  moved.reserve(2 * k);
+  const auto at = [&](std::size_t i) {
+    for (const auto& [idx, val] : moved)
+      if (idx == i) return val;
+    return i;
+  };
+  const auto put = [&](std::size_t i, std::size_t v) {
+    for (auto& [idx, val] : moved)
+      if (idx == i) {
+        val = v;
+        return;
+      }
+    moved.emplace_back(i, v);
+  };
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::size_t j = i + rng.below(n - i);
+    const std::size_t vi = at(i), vj = at(j);
+    put(i, vj);
+    put(j, vi);
+    out.push_back(all_[vj]->d);
   }
   return out;
 }

@@ -1013,8 +1013,11 @@ Sample Simulation::Impl::compute_sample(double t) {
   Sample r;
   r.time = t;
   std::vector<const Peer*> set;
+  // A joiner still fetching the swarm's model holds only its own initialisation, which it
+  // never trains on or reports (rumor-peer writes no eval before the state arrives): leave it
+  // out, or every join would show as a dip in the average model.
   for (const Peer& p : peers)
-    if (p.running() && p.model) set.push_back(&p);
+    if (p.running() && p.model && (!p.gossip || p.gossip->state_ready())) set.push_back(&p);
   r.peers = static_cast<std::uint32_t>(set.size());
   if (set.empty())
     for (const Peer& p : peers)

@@ -177,3 +177,51 @@ TEST_CASE("membership: bad membership messages change nothing") {
   CHECK(a.g->stats().rejected == 3);
   (void)first_event_time;
 }
+
+TEST_CASE("view: the Alive list and live count follow every merge and local decision") {
+  // Random digests and local decisions on a 300-member view, checked after each against a
+  // brute-force scan of the members; and the piggybacked subset is distinct and unbiased.
+  View v(MemberDigest{"self", 1, MemberState::Alive, 0});
+  Rng rng(7);
+  for (int op = 0; op < 20000; ++op) {
+    const PeerId id = "m" + std::to_string(rng.below(300));
+    const auto state = static_cast<MemberState>(rng.below(4));
+    if (rng.below(4) == 0)
+      v.set_state(id, state, op);
+    else
+      v.merge(MemberDigest{id, rng.below(6), state, rng.below(100)}, op);
+    if (op % 97 != 0) continue;
+    std::size_t live = 0, alive = 0;
+    for (const auto& [mid, m] : v.members()) {
+      live += m.live();
+      if (m.d.state == MemberState::Alive) {
+        ++alive;
+        REQUIRE(m.alive_pos < v.alive().size());
+        REQUIRE(v.alive()[m.alive_pos] == &m);
+      }
+    }
+    REQUIRE(v.live_count() == live);
+    REQUIRE(v.alive().size() == alive);
+  }
+  REQUIRE(v.members().size() == 300);
+  std::map<PeerId, int> seen;
+  const int draws = 3000;
+  for (int i = 0; i < draws; ++i) {
+    const auto d = v.digest(11, rng);
+    REQUIRE(d.size() == 11);
+    CHECK(d[0].id == "self");
+    std::set<PeerId> ids;
+    for (std::size_t j = 1; j < d.size(); ++j) {
+      ids.insert(d[j].id);
+      ++seen[d[j].id];
+    }
+    REQUIRE(ids.size() == 10);  // distinct
+  }
+  // Each member is drawn with probability 10/300 per digest: 100 times expected in 3000
+  // draws, standard deviation about 9.8; 6 sigma either way.
+  REQUIRE(seen.size() == 300);
+  for (const auto& [id, n] : seen) {
+    CHECK(n > 40);
+    CHECK(n < 160);
+  }
+}
