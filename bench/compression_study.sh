@@ -17,7 +17,8 @@
 #
 # Usage: bench/compression_study.sh [BUILD_DIR] [OUT_DIR]
 #   env: PARTS="grid staleness" (either or both), EPOCHS=2 (grid), HS, CODECS,
-#        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3
+#        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3, REPEAT_FROM=1 (e.g. REPEAT_FROM=4 REPEATS=5
+#        adds two repeats to those already in OUT_DIR)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$here/build}"
@@ -67,7 +68,7 @@ fi
 
 if [[ " $parts " == *" staleness "* ]]; then
   echo "== staleness: one peer 5x slower ($stale_epochs epoch(s), all peers --throttle $base, the slow one $slow; $repeats repeats)"
-  for r in $(seq 1 "$repeats"); do
+  for r in $(seq "${REPEAT_FROM:-1}" "$repeats"); do
     e="--epochs $stale_epochs"
     f="--throttle $base"
     run "stale-unthrottled-r$r" "$e" "$f" "$f"
