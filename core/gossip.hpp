@@ -192,8 +192,16 @@ class Gossip {
   std::shared_ptr<const Bytes> sparse_request(std::vector<std::uint32_t>& idx);
   void sparse_respond(const PeerId& from, const Message& msg, const ExchangeMsg& h);
   void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
-  // Encodes our live parameters with the codec: the payload, and what the receiver will decode.
-  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded) const;
+  // Encodes our live parameters with the codec: the payload, and what the receiver will decode
+  // (`decoded`, left empty for codec none). For codec none the payload is a pooled buffer
+  // (snapshot_buffer) and `digest` its hash64, computed while copying.
+  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest);
+  // A buffer of n bytes for a snapshot: a pooled one that nobody else holds any more (already
+  // faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its transfer),
+  // else a new one, kept in the pool if there is room (max_in_flight + 1 buffers: the open
+  // exchanges' snapshots and one reply being written).
+  std::shared_ptr<Bytes> snapshot_buffer(std::size_t n);
+  std::vector<std::shared_ptr<Bytes>> snapshot_pool_;
   // Decodes a payload; returns the problem, or empty.
   std::string decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
                              std::span<const float>& out) const;

@@ -75,7 +75,8 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   if (!screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
   std::vector<float> mine_decoded;
-  auto mine = encode_snapshot(mine_decoded);  // y_s: the live parameters, stable between steps
+  std::optional<std::uint64_t> pdigest;
+  auto mine = encode_snapshot(mine_decoded, pdigest);  // y_s: the live parameters, stable between steps
   ExchangeMsg r;
   r.exchange_id = h.exchange_id;
   r.clock = clock_;
@@ -85,10 +86,11 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   r.view = digest();
   stats_.payload_bytes_sent += mine->size();
   ++stats_.payloads_sent;
-  env_.send(from, make_message(MsgType::ExchangeReply, r, mine));
+  Message reply = make_message(MsgType::ExchangeReply, r, mine);
+  reply.payload_digest = pdigest;
+  env_.send(from, std::move(reply));
   const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
-  stats_.last_distance = relative_distance(ys, theirs);
-  mix_into(params_, theirs, ys, a / (a + b));
+  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, a / (a + b));  // and relative_distance(ys, theirs)
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
@@ -125,8 +127,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     ++stats_.failed;
     return;
   }
-  stats_.last_distance = relative_distance(xs, theirs);
-  mix_into(params_, theirs, xs, b / (a + b));
+  stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
   ++stats_.exchanges;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,7 +17,8 @@ namespace rumor {
 using PeerId = std::string;  // a peer's listen address "host:port" (the sim uses "p0", "p1", ...)
 using Bytes = std::vector<std::uint8_t>;
 
-constexpr std::uint16_t kProtocolVersion = 1;
+// 2: the frame checksum covers the payload through its own digest (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 2;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)
@@ -41,6 +43,10 @@ struct Message {
   MsgType type = MsgType::Hello;
   Bytes header;                               // Cereal-encoded struct for `type`
   std::shared_ptr<const Bytes> payload;       // may be null
+  // hash64 (core/hash.hpp) of *payload, when whoever made or received the payload already
+  // computed it (Gossip while copying its snapshot, net/ while receiving); the transport then
+  // need not read the payload again to checksum the frame. It must match *payload.
+  std::optional<std::uint64_t> payload_digest = std::nullopt;
   std::size_t payload_size() const { return payload ? payload->size() : 0; }
 };
 

@@ -3,7 +3,10 @@
 // parameter sum is conserved by every exchange.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "cluster.hpp"
+#include "core/hash.hpp"
 
 using namespace rumor;
 using namespace rumor::testing;
@@ -197,5 +200,72 @@ TEST_CASE("gossip: with every codec the sum is conserved and peers reach consens
     INFO(std::string(codec_name(k.codec)) << ": mean drift " << drift << ", worst distance to the mean " << worst);
     CHECK(drift < 1e-5);
     CHECK(worst < k.consensus);
+  }
+}
+
+namespace {
+// Records what a lone Gossip sends (no cluster), for the snapshot-buffer tests.
+struct CaptureEnv final : Env {
+  std::vector<std::pair<PeerId, Message>> sent;
+  Rng r{1};
+  double now() const override { return 0; }
+  void send(const PeerId& to, Message m) override { sent.emplace_back(to, std::move(m)); }
+  void set_timer(double, std::uint64_t) override {}
+  void disconnect(const PeerId&) override {}
+  Rng& rng() override { return r; }
+  void event(const ProtocolEvent&) override {}
+};
+}  // namespace
+
+TEST_CASE("gossip: snapshot buffers are reused only once nobody holds them, and carry their digest") {
+  CaptureEnv env;
+  std::vector<float> p{1, 2, 3, 4};
+  Gossip g(env, GossipConfig{}, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", p);
+  g.start({});
+  const auto request = [&](std::uint64_t id) {
+    ExchangeMsg h;
+    h.exchange_id = id;
+    h.param_count = 4;
+    h.view = {MemberDigest{"a", 0, MemberState::Alive, 0}};
+    g.on_message("a", make_message(MsgType::ExchangeRequest, h, encode_params(std::vector<float>{5, 5, 5, 5})));
+    REQUIRE(!env.sent.empty());
+    REQUIRE(env.sent.back().second.type == MsgType::ExchangeReply);
+    return env.sent.back().second;
+  };
+  const std::vector<float> before1 = p;
+  Message r1 = request(1);
+  REQUIRE(r1.payload);
+  CHECK(std::vector<float>(as_floats(*r1.payload).begin(), as_floats(*r1.payload).end()) == before1);
+  CHECK(r1.payload_digest == hash64(*r1.payload));
+  CHECK(p != before1);  // mixed: y += 1/2 (x_s - y_s)
+  // While r1 is still held (the transport writing it, say) the next snapshot gets its own
+  // buffer, and r1's bytes stay what was sent.
+  const std::vector<float> before2 = p;
+  Message r2 = request(2);
+  CHECK(r2.payload->data() != r1.payload->data());
+  CHECK(std::vector<float>(as_floats(*r1.payload).begin(), as_floats(*r1.payload).end()) == before1);
+  CHECK(std::vector<float>(as_floats(*r2.payload).begin(), as_floats(*r2.payload).end()) == before2);
+  // Once every holder dropped them, the buffers are reused (already faulted in).
+  const std::set<const std::uint8_t*> old{r1.payload->data(), r2.payload->data()};
+  r1 = {};
+  r2 = {};
+  env.sent.clear();
+  const std::vector<float> before3 = p;
+  Message r3 = request(3);
+  CHECK(old.count(r3.payload->data()) == 1);
+  CHECK(std::vector<float>(as_floats(*r3.payload).begin(), as_floats(*r3.payload).end()) == before3);
+  CHECK(r3.payload_digest == hash64(*r3.payload));
+  CHECK(g.stats().answered == 3);
+}
+
+TEST_CASE("mix: the fused mix + distance pass gives the results of the two separate passes") {
+  for (std::size_t n : {0u, 1u, 7u, 1000u, 100003u}) {
+    auto x = random_params(n, 1), m = random_params(n, 2), s = random_params(n, 3);
+    auto x2 = x;
+    mix_into(x, m, s, 0.3);
+    const double d = relative_distance(s, m);
+    const double d2 = mix_into_with_distance(x2, m, s, 0.3);
+    CHECK(x2 == x);
+    CHECK(d2 == doctest::Approx(d).epsilon(1e-12));
   }
 }
