@@ -91,10 +91,6 @@ void Gossip::start_exchange() {
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now, {}};
   std::optional<std::uint64_t> pdigest;
-  if (cfg_.codec == PayloadCodec::TopK)
-    o.payload = sparse_request(o.sparse_idx);
-  else
-    o.payload = encode_snapshot(o.decoded, pdigest);
   ExchangeMsg h;
   h.exchange_id = o.id;
   h.clock = clock_;
@@ -102,11 +98,25 @@ void Gossip::start_exchange() {
   h.codec = cfg_.codec;
   h.param_count = params_.size();
   h.view = digest();
+  if (cfg_.codec == PayloadCodec::TopK) {
+    o.payload = sparse_request(o.sparse_idx);  // one-shot: the reply depends on the request
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
+  } else if (!cfg_.stream_exchanges) {
+    o.payload = encode_snapshot(o.decoded, pdigest);  // one-shot: the request carries x_s
+    Message msg = make_message(MsgType::ExchangeRequest, h, o.payload);
+    msg.payload_digest = pdigest;
+    env_.send(peer, std::move(msg));
+  } else {
+    // Streamed: the header first, so the responder's reply travels while x_s is copied and sent.
+    o.streamed = true;
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, nullptr));
+    o.payload = encode_snapshot(o.decoded, pdigest);
+    Message msg = make_message(MsgType::ExchangePayload, h, o.payload);
+    msg.payload_digest = pdigest;
+    env_.send(peer, std::move(msg));
+  }
   stats_.payload_bytes_sent += o.payload->size();
   ++stats_.payloads_sent;
-  Message msg = make_message(MsgType::ExchangeRequest, h, o.payload);
-  msg.payload_digest = pdigest;
-  env_.send(peer, std::move(msg));
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
@@ -234,6 +244,11 @@ void Gossip::on_timer(std::uint64_t id) {
     case kStateTimeout:
       on_state_timeout(seq);
       break;
+    case kIncomingDeadline:
+      // The initiator's payload never came: drop our half (nothing mixed; it mixes nothing
+      // without our accept either).
+      std::erase_if(in_, [seq](const Incoming& x) { return x.seq == seq; });
+      break;
     case kLeaveTimeout:
       if (leaving_ && !left_ && seq == leave_seq_) {
         if (leave_attempts_ < 2) {
@@ -266,6 +281,8 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
     case MsgType::ExchangeRequest: return on_exchange_request(from, msg);
     case MsgType::ExchangeReply: return on_exchange_reply(from, msg);
     case MsgType::ExchangeBusy: return on_busy(from, msg);
+    case MsgType::ExchangePayload: return on_exchange_payload(from, msg);
+    case MsgType::ExchangeAccept: return on_exchange_accept(from, msg);
     case MsgType::JoinRequest: return on_join_request(from, msg);
     case MsgType::JoinReply: return on_join_reply(from, msg);
     case MsgType::Ping:

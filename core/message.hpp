@@ -34,8 +34,10 @@ enum class MsgType : std::uint16_t {
   PingReq = 11,        // SWIM indirect probe: "ping this member for me"
   Ack = 12,            // SWIM probe answer (direct, or relayed for an indirect probe)
   LeaveAck = 13,       // the neighbour took a leaving peer's model
+  ExchangePayload = 14,  // the initiator's snapshot, after a payload-less ExchangeRequest (streamed exchange)
+  ExchangeAccept = 15,   // the responder checked and mixed that snapshot: the initiator may mix the reply
 };
-constexpr std::uint16_t kMaxMsgType = 13;
+constexpr std::uint16_t kMaxMsgType = 15;
 
 const char* msg_type_name(MsgType t);
 

@@ -269,3 +269,79 @@ TEST_CASE("mix: the fused mix + distance pass gives the results of the two separ
     CHECK(d2 == doctest::Approx(d).epsilon(1e-12));
   }
 }
+
+TEST_CASE("gossip: a streamed exchange mixes on both sides only once the responder accepted, in either order") {
+  for (bool accept_first : {false, true}) {
+    CaptureEnv ea, eb;
+    GossipConfig cfg;
+    cfg.fetch_state = false;
+    std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
+    Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    a.start({});
+    b.start({});
+    a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+    ea.sent.clear();
+    a.on_step_done(1, 10);
+    REQUIRE(ea.sent.size() == 2);
+    CHECK(ea.sent[0].second.type == MsgType::ExchangeRequest);
+    CHECK(!ea.sent[0].second.payload);  // the header goes first, without x_s
+    CHECK(ea.sent[1].second.type == MsgType::ExchangePayload);
+    CHECK(ea.sent[1].second.payload_digest == hash64(*ea.sent[1].second.payload));
+    const auto sum = [&](std::size_t i) { return double(pa[i]) + double(pb[i]); };
+    const double s0 = sum(0);
+    // B replies to the header at once, before it has x_s, and mixes nothing yet.
+    b.on_message("a", ea.sent[0].second);
+    REQUIRE(eb.sent.size() == 1);
+    CHECK(eb.sent[0].second.type == MsgType::ExchangeReply);
+    CHECK(pb == std::vector<float>{5, 6, 7, 8});
+    const Message reply = eb.sent[0].second;
+    if (!accept_first) {
+      a.on_message("b", reply);  // held: B has not mixed yet
+      CHECK(pa == std::vector<float>{1, 2, 3, 4});
+    }
+    b.on_message("a", ea.sent[1].second);  // x_s: B mixes and accepts
+    CHECK(pb == std::vector<float>{3, 4, 5, 6});
+    REQUIRE(eb.sent.size() == 2);
+    CHECK(eb.sent[1].second.type == MsgType::ExchangeAccept);
+    CHECK(b.stats().answered == 1);
+    a.on_message("b", eb.sent[1].second);
+    if (accept_first) {
+      CHECK(pa == std::vector<float>{1, 2, 3, 4});  // accepted, but the reply is not here yet
+      a.on_message("b", reply);
+    }
+    CHECK(pa == std::vector<float>{3, 4, 5, 6});
+    CHECK(a.stats().exchanges == 1);
+    CHECK(a.exchanges_in_flight() == 0);
+    CHECK(sum(0) == s0);
+  }
+}
+
+TEST_CASE("gossip: a streamed payload with NaN is rejected after the reply: nobody mixes") {
+  CaptureEnv eb;
+  std::vector<float> pb{5, 6, 7};
+  Gossip b(eb, GossipConfig{}, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+  b.start({});
+  ExchangeMsg h;
+  h.exchange_id = 7;
+  h.param_count = 3;
+  h.view = {MemberDigest{"evil", 0, MemberState::Alive, 0}};
+  b.on_message("evil", make_message(MsgType::ExchangeRequest, h, nullptr));
+  REQUIRE(eb.sent.size() == 1);
+  CHECK(eb.sent[0].second.type == MsgType::ExchangeReply);
+  b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, NAN, 3})));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(b.stats().rejected == 1);
+  CHECK(b.stats().answered == 0);
+  CHECK(eb.sent.size() == 1);  // no ExchangeAccept: the initiator mixes nothing either
+  // A later good payload for the same exchange finds nothing to mix: the exchange is over.
+  b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, 2, 3})));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(eb.sent.size() == 1);
+  // A payload for an exchange never requested, and an accept for one never started: ignored.
+  h.exchange_id = 8;
+  b.on_message("x", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, 2, 3})));
+  b.on_message("x", make_message(MsgType::ExchangeAccept, h, nullptr));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(b.stats().rejected == 1);
+}
