@@ -5,8 +5,12 @@
 //           mutex + condvar queue (like peer/inbox.hpp) into the Gossip, so the protocol runs
 //           exactly as in the daemon: the transport's callbacks and timers only queue work.
 //           Parameters are --params floats (default 25,000,000 = 100 MB), codec none. Peer A
-//           starts one push-pull exchange with B at a time (max_in_flight 1): 100 MB go each
-//           way, and the time is from A's on_step_done to A having mixed B's reply.
+//           starts one push-pull exchange with B at a time (max_in_flight 1), in the streamed
+//           form (core/gossip.hpp): request header, then x_s; B replies with y_s as soon as it
+//           has the header, mixes x_s when it has arrived and sends ExchangeAccept; A mixes on
+//           reply + accept. 100 MB go each way (plus two small header-only frames, which the
+//           byte count below leaves out), and the time is from A's on_step_done until both
+//           compute threads are idle again.
 // baseline: a plain TCP copy with POSIX sockets on loopback (TCP_NODELAY, like the transport,
 //           default buffer sizes): one thread write()s the same number of bytes, another
 //           read()s them into a preallocated buffer and write()s as many back, which the first
@@ -57,6 +61,7 @@
 
 #include "core/env.hpp"
 #include "core/gossip.hpp"
+#include "core/hash.hpp"
 #include "core/mix.hpp"
 #include "core/protocol_messages.hpp"
 #include "net/frame.hpp"
@@ -95,18 +100,20 @@ struct Args {
   int exchanges = 3;  // round trips of each side per repetition
   int warmup = 2;
   bool breakdown = true;
+  bool one_shot = false;  // GossipConfig::stream_exchanges = false
   double timeout_s = 60;  // one exchange, or one baseline round trip
 };
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--params N] [--reps N] [--exchanges N] [--warmup N] [--timeout S] [--no-breakdown]\n"
+      "usage: %s [--params N] [--reps N] [--exchanges N] [--warmup N] [--timeout S] [--no-breakdown] [--one-shot]\n"
       "  --params N      floats per model (default 25000000 = 100 MB)\n"
       "  --reps N        repetitions (default 5); each is --exchanges round trips of each side\n"
       "  --exchanges N   round trips per side per repetition (default 3), interleaved\n"
       "  --warmup N      untimed exchanges and baseline round trips first (default 2)\n"
       "  --timeout S     give up if one round trip takes longer (default 60)\n"
-      "  --no-breakdown  skip the timeline and the single-pass costs\n",
+      "  --no-breakdown  skip the timeline and the single-pass costs\n"
+      "  --one-shot      exchanges in the one-shot form (request carries x_s; GossipConfig::stream_exchanges = false)\n",
       argv0);
 }
 
@@ -137,6 +144,7 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--warmup") a.warmup = static_cast<int>(positive("--warmup", need(i), true));
     else if (f == "--timeout") a.timeout_s = static_cast<double>(positive("--timeout", need(i)));
     else if (f == "--no-breakdown") a.breakdown = false;
+    else if (f == "--one-shot") a.one_shot = true;
     else if (f == "-h" || f == "--help") {
       usage(argv[0]);
       std::exit(0);
@@ -152,17 +160,18 @@ Args parse_args(int argc, char** argv) {
 
 // Instants of one exchange, in seconds since the program started (one steady clock, all threads).
 enum Mark : int {
-  kAStart,      // A's thread: before on_step_done (which snapshots and sends the request)
-  kASendEnter,  // A: Env::send(ExchangeRequest) entered (the snapshot is encoded)
-  kASendExit,   // A: Transport::send returned (it hashed the payload on this thread)
-  kBRecv,       // B's I/O thread: the whole request received and checksummed (on_message)
-  kBHandle,     // B's thread: Gossip::on_message(request) called
-  kBSendEnter,  // B: Env::send(ExchangeReply) entered (validated, view merged, y_s encoded)
-  kBSendExit,   // B: Transport::send returned (reply hashed)
-  kBDone,       // B: ExchangeDone event (distance computed, mixed)
-  kARecv,       // A's I/O thread: the whole reply received and checksummed
-  kAHandle,     // A's thread: Gossip::on_message(reply) called
-  kADone,       // A: ExchangeDone event (validated, distance, mixed)
+  kAStart,         // A's thread: before on_step_done (which sends the request, then x_s)
+  kAHeaderSent,    // A: Env::send(ExchangeRequest) returned (the header, no payload)
+  kAPayloadSend,   // A: Env::send(ExchangePayload) entered (x_s copied and hashed)
+  kAPayloadSent,   // A: Transport::send(ExchangePayload) returned
+  kBHeaderRecv,    // B's I/O thread: the request header received (on_message)
+  kBReplySend,     // B: Env::send(ExchangeReply) entered (header checked, y_s copied and hashed)
+  kBPayloadRecv,   // B's I/O thread: the whole of x_s received and checksummed
+  kBPayloadHandle, // B's thread: Gossip::on_message(ExchangePayload) called
+  kBDone,          // B: ExchangeDone event (x_s checked, distance, mixed; accept sent next)
+  kAReplyRecv,     // A's I/O thread: the whole reply received and checksummed
+  kAAcceptRecv,    // A's I/O thread: B's ExchangeAccept received
+  kADone,          // A: ExchangeDone event (y_s checked, distance, mixed)
   kMarks
 };
 
@@ -234,9 +243,6 @@ struct Shared {
   }
 };
 
-bool is_exchange(const rumor::Message& m) {
-  return m.type == rumor::MsgType::ExchangeRequest || m.type == rumor::MsgType::ExchangeReply;
-}
 
 class Peer;
 
@@ -257,7 +263,7 @@ class BenchEnv final : public rumor::Env {
 
 class Peer {
  public:
-  Peer(bool initiator, std::size_t n, float base, Shared& sh, const std::string& fingerprint)
+  Peer(bool initiator, std::size_t n, float base, Shared& sh, const std::string& fingerprint, bool stream)
       : initiator_(initiator), sh_(sh), params_(n), env_(*this, initiator ? 11 : 22) {
     for (std::size_t i = 0; i < n; ++i) params_[i] = base + 1e-3f * static_cast<float>(i % 1000);
     rumor::net::TransportConfig cfg;
@@ -267,7 +273,11 @@ class Peer {
     cfg.max_payload_bytes = n * sizeof(float) + (1u << 20);  // as the daemon sets it
     rumor::net::TransportEvents ev;
     ev.on_message = [this](const rumor::PeerId& from, rumor::Message&& m) {
-      if (is_exchange(m)) sh_.tl.mark(initiator_ ? kARecv : kBRecv);
+      using T = rumor::MsgType;
+      if (m.type == T::ExchangeRequest) sh_.tl.mark(kBHeaderRecv);
+      if (m.type == T::ExchangePayload) sh_.tl.mark(kBPayloadRecv);
+      if (m.type == T::ExchangeReply) sh_.tl.mark(kAReplyRecv);
+      if (m.type == T::ExchangeAccept) sh_.tl.mark(kAAcceptRecv);
       q_.push({Item::Kind::Message, from, std::move(m), {}, 0});
     };
     ev.on_send_failed = [this](const rumor::PeerId& p, const std::string& why) {
@@ -283,6 +293,7 @@ class Peer {
     rumor::GossipConfig gc;
     gc.local_steps = 1;
     gc.max_in_flight = 1;  // one exchange at a time: a clean round trip to time
+    gc.stream_exchanges = stream;
     gc.codec = rumor::PayloadCodec::None;
     gc.exchange_timeout_s = 120;
     gossip_ = std::make_unique<rumor::Gossip>(env_, gc, rumor::MemberDigest{transport_->local_id(), 1, rumor::MemberState::Alive, 0},
@@ -320,7 +331,7 @@ class Peer {
         if (stop_) break;
         switch (it.kind) {
           case Item::Kind::Message:
-            if (is_exchange(it.msg)) sh_.tl.mark(initiator_ ? kAHandle : kBHandle);
+            if (it.msg.type == rumor::MsgType::ExchangePayload) sh_.tl.mark(kBPayloadHandle);
             gossip_->on_message(it.peer, it.msg);
             break;
           case Item::Kind::SendFailed: gossip_->on_send_failed(it.peer, it.reason); break;
@@ -359,11 +370,14 @@ class Peer {
 };
 
 void BenchEnv::send(const rumor::PeerId& to, rumor::Message msg) {
-  const bool ex = is_exchange(msg);
-  const bool a = p_.initiator();
-  if (ex) p_.shared().tl.mark(a ? kASendEnter : kBSendEnter);
+  using T = rumor::MsgType;
+  const T type = msg.type;
+  Timeline& tl = p_.shared().tl;
+  if (type == T::ExchangePayload) tl.mark(kAPayloadSend);
+  if (type == T::ExchangeReply) tl.mark(kBReplySend);
   p_.transport().send(to, std::move(msg));
-  if (ex) p_.shared().tl.mark(a ? kASendExit : kBSendExit);
+  if (type == T::ExchangeRequest) tl.mark(kAHeaderSent);
+  if (type == T::ExchangePayload) tl.mark(kAPayloadSent);
 }
 
 void BenchEnv::set_timer(double delay_s, std::uint64_t id) {
@@ -598,14 +612,15 @@ int main(int argc, char** argv) {
   }
   progress("# %zu float parameters per model (%.1f MB); %zu bytes each way per exchange (frame %zu + header %zu + payload)",
            n, 1e-6 * static_cast<double>(n * sizeof(float)), one_way, rumor::net::kFrameHeaderSize, header_bytes);
+  progress("# exchanges in the %s form", args.one_shot ? "one-shot (--one-shot)" : "streamed");
   progress("# %d reps x %d round trips of each side, interleaved (baseline, rumor, ...), after %d warm-up; %u cores, load %.2f",
            args.reps, args.exchanges, args.warmup, cores, load[0]);
 
   progress("== setting up: two peers (Gossip + Transport on 127.0.0.1) and the TCP baseline");
   Shared sh;
   sh.tl.clear();
-  Peer b(false, n, 0.5f, sh, fingerprint);
-  Peer a(true, n, -0.5f, sh, fingerprint);
+  Peer b(false, n, 0.5f, sh, fingerprint, !args.one_shot);
+  Peer a(true, n, -0.5f, sh, fingerprint, !args.one_shot);
   b.start({});
   a.start({b.id()});
   {
@@ -701,24 +716,29 @@ int main(int argc, char** argv) {
     Mark from, to;
   };
   const Part parts[] = {
-      {"a_snapshot", "A: encode the snapshot x_s (allocate + copy)", kAStart, kASendEnter},
-      {"a_hash", "A: Transport::send hashes the payload", kASendEnter, kASendExit},
-      {"request_wire", "request on the wire (write, read, receive hash)", kASendExit, kBRecv},
-      {"b_queue", "B: queue to its compute thread", kBRecv, kBHandle},
-      {"b_validate_encode", "B: decode, all_finite, merge, encode y_s", kBHandle, kBSendEnter},
-      {"b_hash", "B: Transport::send hashes the reply", kBSendEnter, kBSendExit},
-      {"reply_wire", "reply on the wire (write, read, receive hash)", kBSendExit, kARecv},
-      {"a_queue", "A: queue to its compute thread", kARecv, kAHandle},
-      {"a_validate_mix", "A: decode, all_finite, distance, mix", kAHandle, kADone},
-      {"b_distance_mix", "B: distance + mix (overlaps the reply)", kBSendExit, kBDone},
+      {"a_header", "A: on_step_done -> request header handed to the transport", kAStart, kAHeaderSent},
+      {"a_snapshot", "A: copy + hash x_s into a pooled buffer", kAHeaderSent, kAPayloadSend},
+      {"a_payload_send", "A: Transport::send(x_s) (no hashing: digest supplied)", kAPayloadSend, kAPayloadSent},
+      {"b_header_to_reply", "B: header received -> y_s copied + hashed, reply sent", kBHeaderRecv, kBReplySend},
+      {"request_payload_wire", "x_s on the wire (write, read, receive hash)", kAPayloadSend, kBPayloadRecv},
+      {"reply_wire", "y_s on the wire (write, read, receive hash)", kBReplySend, kAReplyRecv},
+      {"b_queue", "B: x_s received -> its handler starts", kBPayloadRecv, kBPayloadHandle},
+      {"b_check_mix", "B: all_finite + mix/distance of x_s", kBPayloadHandle, kBDone},
+      {"b_done_to_accept", "B mixed -> A has the accept", kBDone, kAAcceptRecv},
+      {"a_last_to_done", "A: last of (reply, accept) in -> mixed (queue, all_finite, mix/distance)", kAAcceptRecv, kADone},
       {"total", "A: on_step_done -> reply mixed", kAStart, kADone},
   };
   std::vector<std::pair<const Part*, double>> measured;
   if (args.breakdown) {
-    progress("== breakdown: timeline of the %zu timed exchanges (medians, ms)", timelines.size());
+    progress("== breakdown: timeline of the %zu timed exchanges (medians, ms)%s", timelines.size(),
+             args.one_shot ? "; --one-shot: the marks of the streamed form that do not occur read nan" : "");
     for (const Part& p : parts) {
       std::vector<double> v;
-      for (const auto& tl : timelines) v.push_back(1e3 * (tl[p.to] - tl[p.from]));
+      for (const auto& tl : timelines) {
+        // A mixes once it has both the reply and the accept, whichever came last.
+        const double from = p.from == kAAcceptRecv ? std::max(tl[kAAcceptRecv], tl[kAReplyRecv]) : tl[p.from];
+        v.push_back(1e3 * (tl[p.to] - from));
+      }
       const double m = median(v);
       measured.emplace_back(&p, m);
       progress("   %-20s %8.1f   %s", p.key, m, p.what);
@@ -749,7 +769,10 @@ int main(int argc, char** argv) {
       passes.push_back({key, what, 1e3 * time_median(5, f)});
       progress("   %-20s %8.1f   %s", key, passes.back().ms, what);
     };
-    pass("encode_params", "rumor::encode_params: new zeroed 100 MB Bytes + memcpy (the snapshot)", [&] {
+    pass("copy_and_hash", "rumor::copy_and_hash into a reused buffer (the exchange's snapshot, with its digest)", [&] {
+      g_sink = g_sink + static_cast<double>(rumor::copy_and_hash(xb, reinterpret_cast<std::uint8_t*>(pre.data())));
+    });
+    pass("encode_params", "rumor::encode_params: new zeroed 100 MB Bytes + memcpy (no longer on the exchange path)", [&] {
       auto p = rumor::encode_params(x);
       g_sink = g_sink + (*p)[n];
     });
@@ -769,6 +792,9 @@ int main(int argc, char** argv) {
       g_sink = g_sink + rumor::relative_distance(x, y);
     });
     pass("mix_into", "rumor::mix_into x += w (m - x_s)", [&] { rumor::mix_into(s, y, x, 0.5); });
+    pass("mix_with_distance", "rumor::mix_into_with_distance: mix + distance in one pass (the exchange's)", [&] {
+      g_sink = g_sink + rumor::mix_into_with_distance(s, y, x, 0.5);
+    });
     pass("read_sum_u64", "reference: a plain integer read pass (memory bandwidth)", [&] {
       const auto* w = reinterpret_cast<const std::uint64_t*>(x.data());
       std::uint64_t acc = 0;
@@ -821,25 +847,16 @@ int main(int argc, char** argv) {
     // hashes its send and checks the other's payload; A then computes the distance and mixes.
     // (B's distance + mix overlaps the reply's transfer, but competes for the cores.) The
     // receive-side hash runs on the I/O thread chunk by chunk, inside the wire time.
-    const double compute = 2 * cost("encode_params") + 2 * cost("hash64") + 2 * cost("all_finite") +
-                           cost("relative_distance") + cost("mix_into");
+    // Each side: one snapshot copied and hashed, the other's payload hashed as it lands (on the
+    // I/O thread, inside the wire time), checked for finiteness, and mixed with the distance.
+    const double compute = 2 * cost("copy_and_hash") + 2 * cost("hash64") + 2 * cost("all_finite") +
+                           2 * cost("mix_with_distance");
     const double rumor_ms = 1e3 * median(rumor_rt), base_ms = 1e3 * median(base_rt);
-    progress("   critical-path compute by these passes: 2 x encode_params + 2 x hash64 + 2 x all_finite + "
-             "relative_distance + mix_into = %.1f ms of a %.1f ms exchange (plain TCP round trip %.1f ms)",
+    progress("   compute both sides do per exchange, by these passes: 2 x copy_and_hash + 2 x hash64 (receive) + 2 x all_finite + "
+             "2 x mix_with_distance = %.1f ms of CPU, beside a %.1f ms exchange (plain TCP round trip %.1f ms, itself "
+             "keeping both cores busy)",
              compute, rumor_ms, base_ms);
     std::printf("breakdown_compute_ms %.2f\n", compute);
-    // The same critical path with the what-ifs: each side copies its snapshot into a reused
-    // buffer while hashing it; B checks A's payload; A does one fused pass over the reply.
-    // (A's part: the fused pass, or the three separate what-if passes if those came out faster.)
-    const double a_part = std::min(cost("whatif_fused"), cost("whatif_all_finite") + cost("whatif_distance") + cost("mix_into"));
-    const double compute_alt = 2 * cost("whatif_copy_hash") + cost("whatif_all_finite") + a_part;
-    const double est = base_ms + compute_alt;
-    progress("   with the what-ifs: 2 x whatif_copy_hash + whatif_all_finite + A's check/distance/mix (%.1f ms) = %.1f ms; with the wire at "
-             "parity that is an exchange of about %.1f ms, an estimated ratio of %.2f (the 0.9 target needs the "
-             "compute on the critical path under %.1f ms, i.e. overlapped with the transfer)",
-             a_part, compute_alt, est, base_ms / est, base_ms / 0.9 - base_ms);
-    std::printf("whatif_compute_ms %.2f\n", compute_alt);
-    std::printf("whatif_estimated_ratio %.3f\n", base_ms / est);
     std::printf("timeline_tail_ms %.2f\n", 1e3 * median(tail));
     for (const auto& p : passes) std::printf("pass_%s_ms %.2f\n", p.key, p.ms);
     for (const auto& [p, m] : measured) std::printf("timeline_%s_ms %.2f\n", p->key, m);

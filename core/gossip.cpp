@@ -1,9 +1,11 @@
 // Gossip: lifecycle, scheduling of exchanges, timers and the failure detector. The message
 // handlers live in gossip_exchange.cpp and gossip_join.cpp.
 #include <algorithm>
+#include <atomic>
 
 #include "core/check.hpp"
 #include "core/gossip.hpp"
+#include "core/hash.hpp"
 #include "core/mix.hpp"
 
 namespace rumor {
@@ -100,10 +102,7 @@ void Gossip::start_exchange() {
   if (candidates.empty()) return;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now, {}};
-  if (cfg_.codec == PayloadCodec::TopK)
-    o.payload = sparse_request(o.sparse_idx);
-  else
-    o.payload = encode_snapshot(o.decoded);
+  std::optional<std::uint64_t> pdigest;
   ExchangeMsg h;
   h.exchange_id = o.id;
   h.clock = clock_;
@@ -111,9 +110,25 @@ void Gossip::start_exchange() {
   h.codec = cfg_.codec;
   h.param_count = params_.size();
   h.view = digest();
+  if (cfg_.codec == PayloadCodec::TopK) {
+    o.payload = sparse_request(o.sparse_idx);  // one-shot: the reply depends on the request
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
+  } else if (!cfg_.stream_exchanges) {
+    o.payload = encode_snapshot(o.decoded, pdigest);  // one-shot: the request carries x_s
+    Message msg = make_message(MsgType::ExchangeRequest, h, o.payload);
+    msg.payload_digest = pdigest;
+    env_.send(peer, std::move(msg));
+  } else {
+    // Streamed: the header first, so the responder's reply travels while x_s is copied and sent.
+    o.streamed = true;
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, nullptr));
+    o.payload = encode_snapshot(o.decoded, pdigest);
+    Message msg = make_message(MsgType::ExchangePayload, h, o.payload);
+    msg.payload_digest = pdigest;
+    env_.send(peer, std::move(msg));
+  }
   stats_.payload_bytes_sent += o.payload->size();
   ++stats_.payloads_sent;
-  env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
@@ -177,10 +192,30 @@ bool Gossip::may_step() const {
   return static_cast<double>(clock_) <= static_cast<double>(slowest_clock()) + cfg_.staleness;
 }
 
-std::shared_ptr<const Bytes> Gossip::encode_snapshot(std::vector<float>& decoded) const {
+std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
+  for (const auto& b : snapshot_pool_)
+    if (b.use_count() == 1 && b->size() == n) {
+      // Only the pool holds it, so nobody else can take a new reference. use_count() is a
+      // relaxed load: this fence orders it after the release of the last other reference
+      // (the transport's, on its I/O thread), so that its reads of the buffer happen before
+      // our writes.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return b;
+    }
+  std::erase_if(snapshot_pool_, [n](const std::shared_ptr<Bytes>& b) { return b.use_count() == 1 && b->size() != n; });
+  auto b = std::make_shared<Bytes>(n);
+  if (snapshot_pool_.size() < cfg_.max_in_flight + 1) snapshot_pool_.push_back(b);
+  return b;
+}
+
+std::shared_ptr<const Bytes> Gossip::encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest) {
+  digest.reset();
   if (cfg_.codec == PayloadCodec::None) {
     decoded.clear();
-    return encode_params(params_);
+    auto b = snapshot_buffer(params_.size() * sizeof(float));
+    const std::span<const std::uint8_t> src(reinterpret_cast<const std::uint8_t*>(params_.data()), b->size());
+    digest = copy_and_hash(src, b->data());
+    return b;
   }
   auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, params_));
   decoded.resize(params_.size());
@@ -221,6 +256,11 @@ void Gossip::on_timer(std::uint64_t id) {
     case kStateTimeout:
       on_state_timeout(seq);
       break;
+    case kIncomingDeadline:
+      // The initiator's payload never came: drop our half (nothing mixed; it mixes nothing
+      // without our accept either).
+      std::erase_if(in_, [seq](const Incoming& x) { return x.seq == seq; });
+      break;
     case kLeaveTimeout:
       if (leaving_ && !left_ && seq == leave_seq_) {
         if (leave_attempts_ < 2) {
@@ -253,6 +293,8 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
     case MsgType::ExchangeRequest: return on_exchange_request(from, msg);
     case MsgType::ExchangeReply: return on_exchange_reply(from, msg);
     case MsgType::ExchangeBusy: return on_busy(from, msg);
+    case MsgType::ExchangePayload: return on_exchange_payload(from, msg);
+    case MsgType::ExchangeAccept: return on_exchange_accept(from, msg);
     case MsgType::JoinRequest: return on_join_request(from, msg);
     case MsgType::JoinReply: return on_join_reply(from, msg);
     case MsgType::Ping:

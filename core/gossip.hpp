@@ -6,14 +6,22 @@
 //
 // An exchange, numbered as it happens:
 //  1. on_step_done: H steps since the last one and fewer than max_in_flight exchanges open ->
-//     pick a live neighbour that is not being skipped and not already in one, snapshot x_s, send ExchangeRequest{id, clock, weight a, view} + x_s,
-//     arm a deadline timer.
-//  2. The responder, at its next step boundary (on_message): checks the header, the parameter
-//     count and that every value is finite (else: Rejected event, disconnect, nothing mixed);
-//     merges the view; replies ExchangeReply{id, clock, weight b, view} + its parameters y_s;
-//     then applies y += a/(a+b) (x_s - y_s).
-//  3. The initiator, on the reply: the same checks, then x += b/(a+b) (y_s - x_s) and the
-//     exchange is done. Training went on meanwhile and its progress is kept.
+//     pick a live neighbour that is not being skipped and not already in one, send
+//     ExchangeRequest{id, clock, weight a, view} *without* parameters, then snapshot x_s and
+//     send ExchangePayload{same fields} + x_s; arm a deadline timer. (Streamed exchange: the
+//     responder's reply does not depend on x_s, so it can travel while x_s does.)
+//  2. The responder, on the request (at its next step boundary, on_message): checks the header
+//     and the parameter count, merges the view, applies the busy rules below, snapshots y_s
+//     and replies ExchangeReply{id, clock, weight b, view} + y_s at once, keeping y_s. On the
+//     ExchangePayload: checks that every value of x_s is finite (else: Rejected event,
+//     disconnect, nothing mixed), screens it (--robust), applies y += a/(a+b) (x_s - y_s) and
+//     sends ExchangeAccept{id}. Training may go on in between; the overlap rule keeps it.
+//  3. The initiator mixes only when it has both the reply and the accept (so a responder that
+//     refused x_s leaves both sides unmixed): the same checks on y_s, then
+//     x += b/(a+b) (y_s - x_s) and the exchange is done. Training went on meanwhile and its
+//     progress is kept.
+//  (A request that carries its payload, as the topk codec sends, is the one-shot form: the
+//  responder checks x_s, replies, mixes, and the initiator mixes on the reply alone.)
 //  4. Deadline, send failure or an ExchangeBusy: the exchange is given up (nothing mixed on our
 //     side), the peer is skipped for a while, and after `suspect_after_failures` failures in a
 //     row it is suspected, then declared dead `suspect_timeout_s` later unless it refutes.
@@ -62,6 +70,11 @@ struct GossipConfig {
   // zero, and beyond that it goes negative and averaging stops contracting (the in-memory
   // cluster test shows it diverging with 3).
   std::size_t max_in_flight = 2;
+  // Dense codecs: start exchanges in the streamed form (request header, then x_s; the reply
+  // travels meanwhile; see the steps above). false: the one-shot form, whose request carries
+  // x_s and whose responder answers only after checking it (bench_exchange_throughput
+  // --one-shot compares the two). A responder answers either form whatever this says.
+  bool stream_exchanges = true;
   double exchange_timeout_s = 5.0;   // whole exchange deadline
   double failure_backoff_s = 1.0;    // skip a failed peer for backoff * failures (capped at 8x)
   int suspect_after_failures = 3;
@@ -154,11 +167,14 @@ class Gossip {
     double weight;
     double started;
     std::vector<std::uint32_t> sparse_idx;  // topk: the coordinates S of this exchange
+    bool streamed = false;                  // payload sent apart: wait for ExchangeAccept
+    bool accepted = false;                  // the responder mixed x_s
+    std::optional<Message> reply = std::nullopt;  // the reply, held until accepted
     std::span<const float> snapshot() const { return decoded.empty() ? as_floats(*payload) : std::span<const float>(decoded); }
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
-    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8
+    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8, kIncomingDeadline = 9
   };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
@@ -171,6 +187,12 @@ class Gossip {
   std::size_t find_out(const PeerId& peer, std::optional<std::uint64_t> id = std::nullopt) const;
   void on_exchange_request(const PeerId& from, const Message& msg);
   void on_exchange_reply(const PeerId& from, const Message& msg);
+  // The initiator's side once reply (and, streamed, accept) are in: check, screen, mix.
+  void complete_exchange(const PeerId& from, const Message& msg);
+  void on_exchange_payload(const PeerId& from, const Message& msg);
+  void on_exchange_accept(const PeerId& from, const Message& msg);
+  // Checks of an exchange header that need no payload; returns the problem, or empty.
+  std::string check_exchange_header(const ExchangeMsg& h) const;
   void on_busy(const PeerId& from, const Message& msg);
   void on_join_request(const PeerId& from, const Message& msg);
   void on_join_reply(const PeerId& from, const Message& msg);
@@ -192,8 +214,16 @@ class Gossip {
   std::shared_ptr<const Bytes> sparse_request(std::vector<std::uint32_t>& idx);
   void sparse_respond(const PeerId& from, const Message& msg, const ExchangeMsg& h);
   void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
-  // Encodes our live parameters with the codec: the payload, and what the receiver will decode.
-  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded) const;
+  // Encodes our live parameters with the codec: the payload, and what the receiver will decode
+  // (`decoded`, left empty for codec none). For codec none the payload is a pooled buffer
+  // (snapshot_buffer) and `digest` its hash64, computed while copying.
+  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest);
+  // A buffer of n bytes for a snapshot: a pooled one that nobody else holds any more (already
+  // faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its transfer),
+  // else a new one, kept in the pool if there is room (max_in_flight + 1 buffers: the open
+  // exchanges' snapshots and one reply being written).
+  std::shared_ptr<Bytes> snapshot_buffer(std::size_t n);
+  std::vector<std::shared_ptr<Bytes>> snapshot_pool_;
   // Decodes a payload; returns the problem, or empty.
   std::string decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
                              std::span<const float>& out) const;
@@ -270,6 +300,19 @@ class Gossip {
   std::vector<float> sparse_ref_;    // topk: each coordinate's value when it was last averaged
   std::uint64_t sparse_cursor_ = 0;  // topk: round-robin sweep position
   std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers
+  // Streamed exchanges we answered and whose payload has not arrived yet: one per peer, each
+  // dropped (nothing mixed) after exchange_timeout_s.
+  struct Incoming {
+    PeerId peer;
+    std::uint64_t id = 0;
+    std::uint64_t seq = 0;  // deadline timer
+    double weight = 1;      // the initiator's weight a
+    double mine_weight = 1; // ours b, as sent in the reply
+    std::shared_ptr<const Bytes> mine;  // y_s as sent
+    std::vector<float> mine_decoded;    // ŷ_s for a lossy codec, else empty
+    std::span<const float> snapshot() const { return mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded); }
+  };
+  std::vector<Incoming> in_;
   GossipStats stats_;
 };
 

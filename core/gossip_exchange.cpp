@@ -14,13 +14,18 @@ namespace {
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
 }  // namespace
 
-std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
-                                   std::span<const float>& out) const {
+std::string Gossip::check_exchange_header(const ExchangeMsg& h) const {
   if (h.param_count != params_.size())
     return "model has " + std::to_string(h.param_count) + " parameters, ours " + std::to_string(params_.size());
   if (h.codec != cfg_.codec)
     return std::string("payload codec ") + codec_name(h.codec) + ", this swarm uses " + codec_name(cfg_.codec);
   if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
+  return {};
+}
+
+std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
+                                   std::span<const float>& out) const {
+  if (auto p = check_exchange_header(h); !p.empty()) return p;
   if (!msg.payload) return "exchange without parameters";
   try {
     if (h.codec == PayloadCodec::TopK) {
@@ -48,8 +53,14 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
+  // Without a payload (dense codecs): a streamed exchange, x_s follows in an ExchangePayload.
+  const bool streamed = !msg.payload && cfg_.codec != PayloadCodec::TopK;
   std::span<const float> theirs;
-  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) return reject(from, p);
+  if (streamed) {
+    if (auto p = check_exchange_header(h); !p.empty()) return reject(from, p);
+  } else if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) {
+    return reject(from, p);
+  }
   merge_view(h.view);
   heard_from(from);
   // A joiner without the swarm's model yet, or a peer on its way out, takes no part.
@@ -72,10 +83,11 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     return;
   }
   if (cfg_.codec == PayloadCodec::TopK) return sparse_respond(from, msg, h);
-  if (!screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
+  if (!streamed && !screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
   std::vector<float> mine_decoded;
-  auto mine = encode_snapshot(mine_decoded);  // y_s: the live parameters, stable between steps
+  std::optional<std::uint64_t> pdigest;
+  auto mine = encode_snapshot(mine_decoded, pdigest);  // y_s: the live parameters, stable between steps
   ExchangeMsg r;
   r.exchange_id = h.exchange_id;
   r.clock = clock_;
@@ -85,10 +97,20 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   r.view = digest();
   stats_.payload_bytes_sent += mine->size();
   ++stats_.payloads_sent;
-  env_.send(from, make_message(MsgType::ExchangeReply, r, mine));
+  Message reply = make_message(MsgType::ExchangeReply, r, mine);
+  reply.payload_digest = pdigest;
+  env_.send(from, std::move(reply));
+  if (streamed) {
+    // Keep y_s until x_s arrives (one streamed exchange per peer: a newer one replaces it, its
+    // initiator having given the old one up).
+    std::erase_if(in_, [&](const Incoming& x) { return x.peer == from; });
+    Incoming inc{from, h.exchange_id, ++timer_seq_, a, b, std::move(mine), std::move(mine_decoded)};
+    env_.set_timer(cfg_.exchange_timeout_s, timer_id(kIncomingDeadline, inc.seq));
+    in_.push_back(std::move(inc));
+    return;
+  }
   const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
-  stats_.last_distance = relative_distance(ys, theirs);
-  mix_into(params_, theirs, ys, a / (a + b));
+  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, a / (a + b));  // and relative_distance(ys, theirs)
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
@@ -96,7 +118,76 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   env_.event(e);
 }
 
+void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
+  ExchangeMsg h;
+  try {
+    h = decode_exchange(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  auto it = std::find_if(in_.begin(), in_.end(), [&](const Incoming& x) { return x.peer == from && x.id == h.exchange_id; });
+  // Checked whether or not we still wait for it: bad input is bad input.
+  std::span<const float> theirs;
+  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) {
+    if (it != in_.end()) in_.erase(it);
+    return reject(from, p);
+  }
+  if (it == in_.end()) return;  // we answered Busy, or our deadline for it passed: nothing to mix
+  Incoming inc = std::move(*it);
+  in_.erase(it);
+  merge_view(h.view);
+  heard_from(from);
+  const std::span<const float> ys = inc.snapshot();
+  if (!screen_model(from, robust_, theirs, ys, h.exchange_id)) return;  // Busy: the initiator mixes nothing
+  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, inc.weight / (inc.weight + inc.mine_weight));
+  ExchangeMsg r;
+  r.exchange_id = h.exchange_id;
+  r.clock = clock_;
+  r.weight = inc.mine_weight;
+  r.codec = cfg_.codec;
+  r.param_count = params_.size();
+  r.view = digest();
+  env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
+  ++stats_.answered;
+  ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
+  e.distance = stats_.last_distance;
+  e.other = h.clock;
+  env_.event(e);
+}
+
+void Gossip::on_exchange_accept(const PeerId& from, const Message& msg) {
+  ExchangeMsg h;
+  try {
+    h = decode_exchange(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  merge_view(h.view);
+  heard_from(from);
+  const std::size_t i = find_out(from, h.exchange_id);
+  if (i == npos || !out_[i].streamed) return;  // late (our deadline passed), or not ours to accept
+  out_[i].accepted = true;
+  if (!out_[i].reply) return;  // the reply is still on its way
+  const Message reply = std::move(*out_[i].reply);
+  complete_exchange(from, reply);
+}
+
 void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
+  ExchangeMsg h;
+  try {
+    h = decode_exchange(msg);
+  } catch (const DecodeError& e) {
+    return reject(from, e.what());
+  }
+  // Streamed: mix only once the responder says it mixed our x_s; hold the reply until then.
+  if (const std::size_t i = find_out(from, h.exchange_id); i != npos && out_[i].streamed && !out_[i].accepted) {
+    out_[i].reply = msg;
+    return;
+  }
+  complete_exchange(from, msg);
+}
+
+void Gossip::complete_exchange(const PeerId& from, const Message& msg) {
   ExchangeMsg h;
   try {
     h = decode_exchange(msg);
@@ -125,8 +216,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     ++stats_.failed;
     return;
   }
-  stats_.last_distance = relative_distance(xs, theirs);
-  mix_into(params_, theirs, xs, b / (a + b));
+  stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
   ++stats_.exchanges;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;

@@ -22,6 +22,8 @@ const char* msg_type_name(MsgType t) {
     case MsgType::PingReq: return "PingReq";
     case MsgType::Ack: return "Ack";
     case MsgType::LeaveAck: return "LeaveAck";
+    case MsgType::ExchangePayload: return "ExchangePayload";
+    case MsgType::ExchangeAccept: return "ExchangeAccept";
   }
   return "Unknown";
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,7 +17,8 @@ namespace rumor {
 using PeerId = std::string;  // a peer's listen address "host:port" (the sim uses "p0", "p1", ...)
 using Bytes = std::vector<std::uint8_t>;
 
-constexpr std::uint16_t kProtocolVersion = 1;
+// 2: the frame checksum covers the payload through its own digest (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 2;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)
@@ -32,8 +34,10 @@ enum class MsgType : std::uint16_t {
   PingReq = 11,        // SWIM indirect probe: "ping this member for me"
   Ack = 12,            // SWIM probe answer (direct, or relayed for an indirect probe)
   LeaveAck = 13,       // the neighbour took a leaving peer's model
+  ExchangePayload = 14,  // the initiator's snapshot, after a payload-less ExchangeRequest (streamed exchange)
+  ExchangeAccept = 15,   // the responder checked and mixed that snapshot: the initiator may mix the reply
 };
-constexpr std::uint16_t kMaxMsgType = 13;
+constexpr std::uint16_t kMaxMsgType = 15;
 
 const char* msg_type_name(MsgType t);
 
@@ -41,6 +45,10 @@ struct Message {
   MsgType type = MsgType::Hello;
   Bytes header;                               // Cereal-encoded struct for `type`
   std::shared_ptr<const Bytes> payload;       // may be null
+  // hash64 (core/hash.hpp) of *payload, when whoever made or received the payload already
+  // computed it (Gossip while copying its snapshot, net/ while receiving); the transport then
+  // need not read the payload again to checksum the frame. It must match *payload.
+  std::optional<std::uint64_t> payload_digest = std::nullopt;
   std::size_t payload_size() const { return payload ? payload->size() : 0; }
 };
 

@@ -51,4 +51,22 @@ double relative_distance(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-30});
 }
 
+double mix_into_with_distance(std::span<float> x, std::span<const float> m, std::span<const float> snap, double w) {
+  RUMOR_CHECK(x.size() == m.size() && x.size() == snap.size());
+  const float wf = static_cast<float>(w);
+  float* __restrict px = x.data();
+  const float* __restrict pm = m.data();
+  const float* __restrict ps = snap.data();
+  double d = 0, na = 0, nb = 0;
+#pragma omp simd reduction(+ : d, na, nb)
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double a = ps[i], b = pm[i];
+    d += (a - b) * (a - b);
+    na += a * a;
+    nb += b * b;
+    px[i] += wf * (pm[i] - ps[i]);
+  }
+  return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-30});
+}
+
 }  // namespace rumor

@@ -18,5 +18,8 @@ bool all_finite(std::span<const float> v);
 // ||a - b|| / max(||a||, ||b||, tiny): 0 for identical models, about 1 for unrelated ones.
 double relative_distance(std::span<const float> a, std::span<const float> b);
 double l2_norm(std::span<const float> v);
+// mix_into(x, m, snap, w) and relative_distance(snap, m) in one pass over memory (the same
+// results as the two calls); returns the distance.
+double mix_into_with_distance(std::span<float> x, std::span<const float> m, std::span<const float> snap, double w);
 
 }  // namespace rumor

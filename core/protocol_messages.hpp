@@ -23,7 +23,7 @@ struct JoinReplyMsg {
   template <class A> void serialize(A& ar) { ar(members); }
 };
 
-// Request and reply of a push-pull exchange carry the same fields.
+// Request, reply, payload and accept of a push-pull exchange carry the same fields.
 struct ExchangeMsg {
   std::uint64_t exchange_id = 0;  // chosen by the initiator, echoed in the reply
   std::uint64_t clock = 0;        // sender's local steps at its snapshot

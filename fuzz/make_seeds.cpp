@@ -56,6 +56,9 @@ std::vector<std::pair<std::string, Message>> sample_messages() {
   out.push_back({"join_reply", make_message(JoinReplyMsg{view()})});
   out.push_back({"exchange_request", make_message(MsgType::ExchangeRequest, x, encode_params(params))});
   out.push_back({"exchange_reply", make_message(MsgType::ExchangeReply, x, encode_params(params))});
+  out.push_back({"exchange_request_streamed", make_message(MsgType::ExchangeRequest, x, nullptr)});
+  out.push_back({"exchange_payload", make_message(MsgType::ExchangePayload, x, encode_params(params))});
+  out.push_back({"exchange_accept", make_message(MsgType::ExchangeAccept, x, nullptr)});
   out.push_back({"busy", make_message(ExchangeBusyMsg{7, "crossing exchange", view()})});
   out.push_back({"ping", make_message(MsgType::Ping, PingMsg{5, view(), {}})});
   out.push_back({"ack", make_message(MsgType::Ack, PingMsg{5, view(), "127.0.0.1:7002"})});
@@ -171,6 +174,19 @@ int main(int argc, char** argv) {
     b.push_back(0xC1);
     b.push_back(0);
     write("gossip", "mode" + std::to_string(mode), b);
+  }
+  {
+    // A streamed exchange from peer 3: a payload-less request (kind 130), then its payload
+    // (kind 6: ExchangePayload), then an accept (kind 11) for an exchange we did not start.
+    Bytes b{0};
+    b.push_back(0x80);
+    for (std::uint8_t kind : {std::uint8_t{130}, std::uint8_t{6}, std::uint8_t{11}}) {
+      b.push_back(0x40 | 0x08);
+      b.push_back(kind);
+      for (int i = 0; i < 40; ++i) b.push_back(static_cast<std::uint8_t>(i % 3 == 0 ? 1 : 0));
+    }
+    b.push_back(0x81);
+    write("gossip", "streamed", b);
   }
   std::printf("seeds written under %s\n", root.c_str());
   return 0;

@@ -317,7 +317,11 @@ Message structured_message(Input& in, PayloadCodec codec) {
       } else {
         payload = payload_of(in.take(in.u16() % 512));
       }
-      return make_message(kind % 5 == 0 ? MsgType::ExchangeRequest : MsgType::ExchangeReply, h, payload);
+      // Requests with or without a payload (one-shot or streamed), replies, streamed payloads
+      // and accepts.
+      static constexpr MsgType kLater[] = {MsgType::ExchangeReply, MsgType::ExchangePayload, MsgType::ExchangeAccept};
+      if (kind % 5 == 0 && (kind & 0x80)) payload = nullptr;
+      return make_message(kind % 5 == 0 ? MsgType::ExchangeRequest : kLater[(kind / 5) % 3], h, payload);
     }
     case 2: {
       ExchangeBusyMsg b;

@@ -1,11 +1,10 @@
 // Frame encoding, the frame checksum and the incremental decoder (see frame.hpp, docs/wire.md).
 //
 // Byte order is written out explicitly (no struct punning), so the format is the same on every
-// host. The hash loads 8-byte words with memcpy and byte-swaps on big-endian hosts.
+// host. The hash itself is core/hash.cpp.
 #include "net/frame.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <cstring>
 
@@ -32,42 +31,6 @@ std::uint64_t get_le(const std::uint8_t* p, int n) {
   std::uint64_t v = 0;
   for (int i = 0; i < n; ++i) v |= std::uint64_t{p[i]} << (8 * i);
   return v;
-}
-
-// ---- the hash -------------------------------------------------------------------------------
-// Four independent lanes each absorb one 8-byte word per 32-byte stripe with a
-// multiply-add-rotate-multiply step; the lanes do not depend on each other, so the CPU overlaps
-// the four multiplies and the loop runs at memory bandwidth. The tail (< 32 bytes) is folded in
-// word by word, and a final xor-shift-multiply avalanche spreads every input bit over the digest.
-// All multipliers are odd (invertible mod 2^64), so no step loses information.
-constexpr std::uint64_t kM1 = 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio
-constexpr std::uint64_t kM2 = 0xD6E8FEB86659FD93ull;
-constexpr std::uint64_t kM3 = 0xBF58476D1CE4E5B9ull;
-constexpr std::uint64_t kM4 = 0x94D049BB133111EBull;
-constexpr std::uint64_t kM5 = 0xFF51AFD7ED558CCDull;
-
-inline std::uint64_t load64(const std::uint8_t* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, 8);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
-  return v;
-}
-inline std::uint32_t load32(const std::uint8_t* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
-  return v;
-}
-inline std::uint64_t absorb(std::uint64_t lane, std::uint64_t word) {
-  return std::rotl(lane + word * kM2, 29) * kM1;
-}
-inline std::uint64_t avalanche(std::uint64_t h) {
-  h ^= h >> 31;
-  h *= kM3;
-  h ^= h >> 29;
-  h *= kM4;
-  h ^= h >> 32;
-  return h;
 }
 
 std::string hex(std::uint64_t v, int width) {
@@ -147,77 +110,6 @@ std::uint64_t PayloadPool::reused() const {
   return reused_;
 }
 
-void FrameHasher::reset(std::uint64_t seed) {
-  seed_ = seed;
-  lanes_ = {seed + kM1 + kM2, seed + kM2, seed, seed - kM1};
-  pending_len_ = 0;
-  total_len_ = 0;
-}
-
-void FrameHasher::consume_stripes(const std::uint8_t* p, std::size_t stripes) {
-  std::uint64_t a = lanes_[0], b = lanes_[1], c = lanes_[2], d = lanes_[3];
-  for (std::size_t i = 0; i < stripes; ++i, p += 32) {
-    a = absorb(a, load64(p));
-    b = absorb(b, load64(p + 8));
-    c = absorb(c, load64(p + 16));
-    d = absorb(d, load64(p + 24));
-  }
-  lanes_ = {a, b, c, d};
-}
-
-void FrameHasher::update(std::span<const std::uint8_t> bytes) {
-  const std::uint8_t* p = bytes.data();
-  std::size_t n = bytes.size();
-  if (n == 0) return;  // (and an empty span may carry a null pointer, which memcpy must not see)
-  total_len_ += n;
-  if (pending_len_ > 0) {
-    const std::size_t take = std::min(n, pending_.size() - pending_len_);
-    std::memcpy(pending_.data() + pending_len_, p, take);
-    pending_len_ += take;
-    p += take;
-    n -= take;
-    if (pending_len_ < pending_.size()) return;
-    consume_stripes(pending_.data(), 1);
-    pending_len_ = 0;
-  }
-  const std::size_t stripes = n / 32;
-  consume_stripes(p, stripes);
-  p += stripes * 32;
-  n -= stripes * 32;
-  if (n > 0) {
-    std::memcpy(pending_.data(), p, n);
-    pending_len_ = n;
-  }
-}
-
-std::uint64_t FrameHasher::digest() const {
-  std::uint64_t h;
-  if (total_len_ >= 32) {
-    h = std::rotl(lanes_[0], 1) + std::rotl(lanes_[1], 7) + std::rotl(lanes_[2], 12) +
-        std::rotl(lanes_[3], 18);
-    for (std::uint64_t lane : lanes_) h = (h ^ absorb(0, lane)) * kM1 + kM5;
-  } else {
-    h = seed_ + kM5;
-  }
-  h += total_len_;
-  const std::uint8_t* p = pending_.data();
-  std::size_t n = pending_len_;
-  for (; n >= 8; n -= 8, p += 8) h = std::rotl(h ^ absorb(0, load64(p)), 27) * kM1 + kM4;
-  if (n >= 4) {
-    h = std::rotl(h ^ (std::uint64_t{load32(p)} * kM1), 23) * kM2 + kM3;
-    n -= 4;
-    p += 4;
-  }
-  for (; n > 0; --n, ++p) h = std::rotl(h ^ (std::uint64_t{*p} * kM5), 11) * kM1;
-  return avalanche(h);
-}
-
-std::uint64_t hash64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
-  FrameHasher h(seed);
-  h.update(bytes);
-  return h.digest();
-}
-
 // ---- encoding -------------------------------------------------------------------------------
 
 std::array<std::uint8_t, kFrameHeaderSize> write_frame_header(const FrameHeader& h) {
@@ -244,16 +136,23 @@ FrameHeader read_frame_header(std::span<const std::uint8_t, kFrameHeaderSize> b)
   return h;
 }
 
-std::uint64_t frame_checksum(const FrameHeader& h, std::span<const std::uint8_t> header,
-                             std::span<const std::uint8_t> payload) {
+std::uint64_t frame_checksum_with_digest(const FrameHeader& h, std::span<const std::uint8_t> header,
+                                         std::uint64_t payload_digest) {
   FrameHeader zeroed = h;
   zeroed.checksum = 0;
   const auto fixed = write_frame_header(zeroed);
+  std::array<std::uint8_t, 8> d{};
+  put64(d.data(), payload_digest);
   FrameHasher hasher;
   hasher.update(fixed);
   hasher.update(header);
-  hasher.update(payload);
+  hasher.update(d);
   return hasher.digest();
+}
+
+std::uint64_t frame_checksum(const FrameHeader& h, std::span<const std::uint8_t> header,
+                             std::span<const std::uint8_t> payload) {
+  return frame_checksum_with_digest(h, header, hash64(payload));
 }
 
 std::array<std::uint8_t, kFrameHeaderSize> encode_frame_header(const Message& msg) {
@@ -264,7 +163,9 @@ std::array<std::uint8_t, kFrameHeaderSize> encode_frame_header(const Message& ms
   h.payload_len = msg.payload_size();
   std::span<const std::uint8_t> payload;
   if (msg.payload) payload = *msg.payload;
-  h.checksum = frame_checksum(h, msg.header, payload);
+  // A digest the producer computed while making the payload saves a pass over it here.
+  const std::uint64_t digest = msg.payload && msg.payload_digest ? *msg.payload_digest : hash64(payload);
+  h.checksum = frame_checksum_with_digest(h, msg.header, digest);
   return write_frame_header(h);
 }
 
@@ -332,7 +233,7 @@ FrameDecoder::Result FrameDecoder::commit(std::size_t n) {
       if (filled_ < header_.size()) return {};
       return enter_payload_or_finish();
     case State::Payload:
-      hasher_.update(std::span<const std::uint8_t>(*payload_).subspan(filled_, n));
+      payload_hasher_.update(std::span<const std::uint8_t>(*payload_).subspan(filled_, n));
       filled_ += n;
       if (filled_ < payload_->size()) return {};
       return finish();
@@ -363,6 +264,7 @@ FrameDecoder::Result FrameDecoder::parse_fixed() {
   zeroed.checksum = 0;
   hasher_.reset();
   hasher_.update(write_frame_header(zeroed));
+  payload_hasher_.reset();
   header_.assign(fh_.header_len, 0);
   filled_ = 0;
   if (fh_.header_len > 0) {
@@ -382,6 +284,10 @@ FrameDecoder::Result FrameDecoder::enter_payload_or_finish() {
 }
 
 FrameDecoder::Result FrameDecoder::finish() {
+  payload_digest_ = payload_hasher_.digest();
+  std::array<std::uint8_t, 8> d{};
+  put64(d.data(), payload_digest_);
+  hasher_.update(d);
   const std::uint64_t computed = hasher_.digest();
   if (computed != fh_.checksum)
     return fail("checksum mismatch: frame says " + hex(fh_.checksum, 16) + ", bytes hash to " +
@@ -396,6 +302,7 @@ Message FrameDecoder::take() {
   m.type = static_cast<MsgType>(fh_.type);
   m.header = std::move(header_);
   m.payload = std::move(payload_);
+  if (m.payload) m.payload_digest = payload_digest_;
   header_ = Bytes{};
   payload_.reset();
   state_ = State::Fixed;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.hpp"
 #include "core/message.hpp"
 
 namespace rumor::net {
@@ -35,7 +36,7 @@ struct FrameHeader {
   std::uint16_t version = kProtocolVersion;
   std::uint16_t type = 0;
   std::uint32_t header_len = 0;
-  std::uint32_t flags = 0;  // reserved: must be 0 in protocol version 1
+  std::uint32_t flags = 0;  // reserved: must be 0
   std::uint64_t payload_len = 0;
   std::uint64_t checksum = 0;
 };
@@ -43,35 +44,24 @@ struct FrameHeader {
 std::array<std::uint8_t, kFrameHeaderSize> write_frame_header(const FrameHeader& h);
 FrameHeader read_frame_header(std::span<const std::uint8_t, kFrameHeaderSize> bytes);
 
-// A streaming 64-bit hash (our own 4-lane multiply-rotate design in the style of xxHash64; see
-// docs/wire.md). Feeding the same bytes in any chunking gives the same digest. It is not a MAC:
-// it catches corruption and bugs, not attackers.
-class FrameHasher {
- public:
-  explicit FrameHasher(std::uint64_t seed = 0) { reset(seed); }
-  void reset(std::uint64_t seed = 0);
-  void update(std::span<const std::uint8_t> bytes);
-  std::uint64_t digest() const;
+// The streaming 64-bit hash of the checksum (core/hash.hpp; docs/wire.md). Feeding the same
+// bytes in any chunking gives the same digest. It is not a MAC: it catches corruption and bugs,
+// not attackers.
+using FrameHasher = rumor::Hasher64;
+using rumor::hash64;
 
- private:
-  void consume_stripes(const std::uint8_t* p, std::size_t stripes);
-  std::array<std::uint64_t, 4> lanes_{};
-  std::array<std::uint8_t, 32> pending_{};  // a partial 32-byte stripe
-  std::size_t pending_len_ = 0;
-  std::uint64_t total_len_ = 0;
-  std::uint64_t seed_ = 0;
-};
-
-std::uint64_t hash64(std::span<const std::uint8_t> bytes, std::uint64_t seed = 0);
-
-// The frame checksum: the hash of the fixed header with its checksum field zeroed, then the
-// header bytes, then the payload bytes.
+// The frame checksum (protocol version 2): the hash of the fixed header with its checksum field
+// zeroed, then the header bytes, then the 8 bytes (little-endian) of hash64(payload). The
+// payload is covered through its own digest, so a sender that hashed its payload while making
+// it (Message::payload_digest) need not read it again, and a receiver hashes it as it lands.
 std::uint64_t frame_checksum(const FrameHeader& h, std::span<const std::uint8_t> header,
                              std::span<const std::uint8_t> payload);
+std::uint64_t frame_checksum_with_digest(const FrameHeader& h, std::span<const std::uint8_t> header,
+                                         std::uint64_t payload_digest);
 
 // The 32-byte fixed header for `msg`, checksum included. The sender writes it, msg.header and
-// *msg.payload as three buffers (scatter-gather), so the payload is never copied. Hashes the
-// payload once (memory bandwidth).
+// *msg.payload as three buffers (scatter-gather), so the payload is never copied. Uses
+// msg.payload_digest when the producer set it; otherwise hashes the payload once here.
 std::array<std::uint8_t, kFrameHeaderSize> encode_frame_header(const Message& msg);
 // The whole frame in one contiguous buffer (copies the payload): for tests and tools.
 Bytes encode_frame(const Message& msg);
@@ -167,7 +157,9 @@ class FrameDecoder {
   FrameHeader fh_{};
   std::size_t filled_ = 0;        // bytes of the current region (fixed/header/payload) filled
   std::uint64_t received_ = 0;    // bytes of the current frame
-  FrameHasher hasher_;
+  FrameHasher hasher_;          // fixed header (checksum zeroed) + header section
+  FrameHasher payload_hasher_;  // the payload, as it lands
+  std::uint64_t payload_digest_ = 0;
   Bytes header_;
   std::shared_ptr<Bytes> payload_;
 };

@@ -66,7 +66,7 @@ const std::map<std::string, std::set<std::string>> kKeys = {
     {"gossip", {"local_steps", "max_in_flight", "mix_weight", "exchange_timeout", "suspect_timeout", "suspect_after",
                 "failure_backoff", "join_retry", "digest_limit", "topology", "bootstrap", "staleness", "codec",
                 "topk_fraction", "probe_interval", "probe_timeout", "fetch_state", "state_timeout", "leave_timeout",
-                "state_wait", "leave_wait"}},
+                "state_wait", "leave_wait", "stream_exchanges"}},
     {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition"}},
     {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
@@ -447,6 +447,7 @@ class Builder {
     if (dur("gossip.probe_interval", s.probe_interval)) positive("gossip.probe_interval", s.probe_interval);
     if (dur("gossip.probe_timeout", s.probe_timeout)) positive("gossip.probe_timeout", s.probe_timeout);
     get("gossip.fetch_state", s.fetch_state);
+    get("gossip.stream_exchanges", s.stream_exchanges);
     if (dur("gossip.state_timeout", s.state_timeout)) positive("gossip.state_timeout", s.state_timeout);
     if (dur("gossip.leave_timeout", s.leave_timeout)) positive("gossip.leave_timeout", s.leave_timeout);
     dur("gossip.state_wait", s.state_wait);

@@ -127,6 +127,7 @@ struct Scenario {
   double topk_fraction = 0.01;
   double probe_interval = 0.5, probe_timeout = 0.25;  // SWIM failure detector
   bool fetch_state = true;           // joiners fetch the swarm's model (state transfer)
+  bool stream_exchanges = true;      // core's GossipConfig::stream_exchanges (off: one-shot exchanges)
   double state_timeout = 2.0, leave_timeout = 1.5;
   double state_wait = 60;            // a joiner that got no model by then trains from its own (daemon: 60 s)
   double leave_wait = 4;             // a leaving peer exits by then even without a LeaveAck (daemon: 4 s)

@@ -404,6 +404,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).
+  gc.stream_exchanges = s.stream_exchanges;
   gc.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
   gc.state_timeout_s = s.state_timeout;
   gc.leave_timeout_s = s.leave_timeout;

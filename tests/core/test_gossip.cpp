@@ -3,7 +3,10 @@
 // parameter sum is conserved by every exchange.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "cluster.hpp"
+#include "core/hash.hpp"
 
 using namespace rumor;
 using namespace rumor::testing;
@@ -198,4 +201,147 @@ TEST_CASE("gossip: with every codec the sum is conserved and peers reach consens
     CHECK(drift < 1e-5);
     CHECK(worst < k.consensus);
   }
+}
+
+namespace {
+// Records what a lone Gossip sends (no cluster), for the snapshot-buffer tests.
+struct CaptureEnv final : Env {
+  std::vector<std::pair<PeerId, Message>> sent;
+  Rng r{1};
+  double now() const override { return 0; }
+  void send(const PeerId& to, Message m) override { sent.emplace_back(to, std::move(m)); }
+  void set_timer(double, std::uint64_t) override {}
+  void disconnect(const PeerId&) override {}
+  Rng& rng() override { return r; }
+  void event(const ProtocolEvent&) override {}
+};
+}  // namespace
+
+TEST_CASE("gossip: snapshot buffers are reused only once nobody holds them, and carry their digest") {
+  CaptureEnv env;
+  std::vector<float> p{1, 2, 3, 4};
+  Gossip g(env, GossipConfig{}, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", p);
+  g.start({});
+  const auto request = [&](std::uint64_t id) {
+    ExchangeMsg h;
+    h.exchange_id = id;
+    h.param_count = 4;
+    h.view = {MemberDigest{"a", 0, MemberState::Alive, 0}};
+    g.on_message("a", make_message(MsgType::ExchangeRequest, h, encode_params(std::vector<float>{5, 5, 5, 5})));
+    REQUIRE(!env.sent.empty());
+    REQUIRE(env.sent.back().second.type == MsgType::ExchangeReply);
+    return env.sent.back().second;
+  };
+  const std::vector<float> before1 = p;
+  Message r1 = request(1);
+  REQUIRE(r1.payload);
+  CHECK(std::vector<float>(as_floats(*r1.payload).begin(), as_floats(*r1.payload).end()) == before1);
+  CHECK(r1.payload_digest == hash64(*r1.payload));
+  CHECK(p != before1);  // mixed: y += 1/2 (x_s - y_s)
+  // While r1 is still held (the transport writing it, say) the next snapshot gets its own
+  // buffer, and r1's bytes stay what was sent.
+  const std::vector<float> before2 = p;
+  Message r2 = request(2);
+  CHECK(r2.payload->data() != r1.payload->data());
+  CHECK(std::vector<float>(as_floats(*r1.payload).begin(), as_floats(*r1.payload).end()) == before1);
+  CHECK(std::vector<float>(as_floats(*r2.payload).begin(), as_floats(*r2.payload).end()) == before2);
+  // Once every holder dropped them, the buffers are reused (already faulted in).
+  const std::set<const std::uint8_t*> old{r1.payload->data(), r2.payload->data()};
+  r1 = {};
+  r2 = {};
+  env.sent.clear();
+  const std::vector<float> before3 = p;
+  Message r3 = request(3);
+  CHECK(old.count(r3.payload->data()) == 1);
+  CHECK(std::vector<float>(as_floats(*r3.payload).begin(), as_floats(*r3.payload).end()) == before3);
+  CHECK(r3.payload_digest == hash64(*r3.payload));
+  CHECK(g.stats().answered == 3);
+}
+
+TEST_CASE("mix: the fused mix + distance pass gives the results of the two separate passes") {
+  for (std::size_t n : {0u, 1u, 7u, 1000u, 100003u}) {
+    auto x = random_params(n, 1), m = random_params(n, 2), s = random_params(n, 3);
+    auto x2 = x;
+    mix_into(x, m, s, 0.3);
+    const double d = relative_distance(s, m);
+    const double d2 = mix_into_with_distance(x2, m, s, 0.3);
+    CHECK(x2 == x);
+    CHECK(d2 == doctest::Approx(d).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("gossip: a streamed exchange mixes on both sides only once the responder accepted, in either order") {
+  for (bool accept_first : {false, true}) {
+    CaptureEnv ea, eb;
+    GossipConfig cfg;
+    cfg.fetch_state = false;
+    std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
+    Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    a.start({});
+    b.start({});
+    a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+    ea.sent.clear();
+    a.on_step_done(1, 10);
+    REQUIRE(ea.sent.size() == 2);
+    CHECK(ea.sent[0].second.type == MsgType::ExchangeRequest);
+    CHECK(!ea.sent[0].second.payload);  // the header goes first, without x_s
+    CHECK(ea.sent[1].second.type == MsgType::ExchangePayload);
+    CHECK(ea.sent[1].second.payload_digest == hash64(*ea.sent[1].second.payload));
+    const auto sum = [&](std::size_t i) { return double(pa[i]) + double(pb[i]); };
+    const double s0 = sum(0);
+    // B replies to the header at once, before it has x_s, and mixes nothing yet.
+    b.on_message("a", ea.sent[0].second);
+    REQUIRE(eb.sent.size() == 1);
+    CHECK(eb.sent[0].second.type == MsgType::ExchangeReply);
+    CHECK(pb == std::vector<float>{5, 6, 7, 8});
+    const Message reply = eb.sent[0].second;
+    if (!accept_first) {
+      a.on_message("b", reply);  // held: B has not mixed yet
+      CHECK(pa == std::vector<float>{1, 2, 3, 4});
+    }
+    b.on_message("a", ea.sent[1].second);  // x_s: B mixes and accepts
+    CHECK(pb == std::vector<float>{3, 4, 5, 6});
+    REQUIRE(eb.sent.size() == 2);
+    CHECK(eb.sent[1].second.type == MsgType::ExchangeAccept);
+    CHECK(b.stats().answered == 1);
+    a.on_message("b", eb.sent[1].second);
+    if (accept_first) {
+      CHECK(pa == std::vector<float>{1, 2, 3, 4});  // accepted, but the reply is not here yet
+      a.on_message("b", reply);
+    }
+    CHECK(pa == std::vector<float>{3, 4, 5, 6});
+    CHECK(a.stats().exchanges == 1);
+    CHECK(a.exchanges_in_flight() == 0);
+    CHECK(sum(0) == s0);
+  }
+}
+
+TEST_CASE("gossip: a streamed payload with NaN is rejected after the reply: nobody mixes") {
+  CaptureEnv eb;
+  std::vector<float> pb{5, 6, 7};
+  Gossip b(eb, GossipConfig{}, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+  b.start({});
+  ExchangeMsg h;
+  h.exchange_id = 7;
+  h.param_count = 3;
+  h.view = {MemberDigest{"evil", 0, MemberState::Alive, 0}};
+  b.on_message("evil", make_message(MsgType::ExchangeRequest, h, nullptr));
+  REQUIRE(eb.sent.size() == 1);
+  CHECK(eb.sent[0].second.type == MsgType::ExchangeReply);
+  b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, NAN, 3})));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(b.stats().rejected == 1);
+  CHECK(b.stats().answered == 0);
+  CHECK(eb.sent.size() == 1);  // no ExchangeAccept: the initiator mixes nothing either
+  // A later good payload for the same exchange finds nothing to mix: the exchange is over.
+  b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, 2, 3})));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(eb.sent.size() == 1);
+  // A payload for an exchange never requested, and an accept for one never started: ignored.
+  h.exchange_id = 8;
+  b.on_message("x", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>{1, 2, 3})));
+  b.on_message("x", make_message(MsgType::ExchangeAccept, h, nullptr));
+  CHECK(pb == std::vector<float>{5, 6, 7});
+  CHECK(b.stats().rejected == 1);
 }

@@ -256,7 +256,7 @@ TEST_CASE("frame: each malformed fixed header is Bad with its reason") {
     h.version = 7;
     const auto r = decode_bad(craft(h));
     REQUIRE(r.bad());
-    CHECK(r.reason == "protocol version 7, we speak 1");
+    CHECK(r.reason == "protocol version 7, we speak 2");
   }
   SUBCASE("unknown type 0 and kMaxMsgType + 1") {
     for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t(kMaxMsgType + 1), std::uint16_t{0xFFFF}}) {
@@ -417,4 +417,46 @@ TEST_CASE("frame: hash throughput (informational)") {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("hash64: " << (kReps * big.size() / s / 1e9) << " GB/s over 64 MiB");
   CHECK(s > 0);
+}
+
+TEST_CASE("frame: copy_and_hash copies and hashes like memcpy + hash64") {
+  std::mt19937_64 rng(5);
+  for (std::size_t len : {0u, 1u, 31u, 32u, 33u, 32768u, 32769u, 100001u}) {
+    Bytes src(len);
+    for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+    Bytes dst(len + 1, 0xAA);
+    CHECK(copy_and_hash(src, dst.data()) == hash64(src));
+    CHECK(std::equal(src.begin(), src.end(), dst.begin()));
+    CHECK(dst[len] == 0xAA);  // nothing written past the end
+  }
+}
+
+TEST_CASE("frame: the checksum covers the payload through its digest, supplied or computed") {
+  Message m = make_message(MsgType::ExchangeRequest, 40, 100000);
+  const auto computed = encode_frame_header(m);
+  // The documented definition (docs/wire.md, version 2).
+  FrameHeader h = read_frame_header(computed);
+  const std::uint64_t d = hash64(*m.payload);
+  std::array<std::uint8_t, 8> le{};
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(d >> (8 * i));
+  FrameHeader z = h;
+  z.checksum = 0;
+  FrameHasher fh;
+  fh.update(write_frame_header(z));
+  fh.update(m.header);
+  fh.update(le);
+  CHECK(h.checksum == fh.digest());
+  // A producer's digest (Gossip computes it while copying its snapshot) gives the same frame.
+  m.payload_digest = d;
+  CHECK(encode_frame_header(m) == computed);
+  // The receiver hashes the payload itself and hands the digest on.
+  std::vector<Message> out;
+  CHECK(decode_all(encode_frame(m), out).good());
+  REQUIRE(out.size() == 1);
+  CHECK(same(out[0], m));
+  CHECK(out[0].payload_digest == d);
+  // A digest that does not match the payload makes a frame the receiver refuses.
+  m.payload_digest = d ^ 1;
+  const auto r = decode_bad(encode_frame(m));
+  CHECK(r.reason.find("checksum mismatch") == 0);
 }
