@@ -1127,11 +1127,13 @@ std::vector<double> Simulation::mean_params(std::size_t* count) const {
   return m;
 }
 
-std::string Simulation::timeseries_csv() const {
+std::string Simulation::timeseries_csv() const { return timeseries_csv_of(impl_->samples); }
+
+std::string timeseries_csv_of(const std::vector<Sample>& samples) {
   std::string out =
       "time,peers,mean_step,loss,test_acc,peer_loss,peer_acc,peer_acc_min,consensus_distance,spread,bytes,exchanges,"
       "exchanges_failed,dropped\n";
-  for (const Sample& r : impl_->samples)
+  for (const Sample& r : samples)
     out += format("%.6f,%u,%.3f,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%llu,%llu,%llu,%llu\n", r.time, r.peers, r.mean_step,
                   r.loss, r.test_acc, r.peer_loss, r.peer_acc, r.peer_acc_min, r.consensus_distance, r.spread,
                   static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.exchanges),
