@@ -150,6 +150,18 @@ struct AlgorithmRun::Impl {
       graph = std::make_unique<CommGraph>(s.topology, n, s.degree, Rng(s.seed).fork(kTopologyStream)());
       for (std::uint32_t r = 0; r < graph->period(); ++r)
         mixing.push_back(s.algorithm == Algorithm::Sgp ? push_sum_mixing(graph->at(r)) : dpsgd_mixing(graph->at(r), s.weights));
+      if (s.algorithm == Algorithm::Dpsgd) {
+        // D-PSGD averages only with a doubly stochastic matrix (rows sum to 1 by construction).
+        for (const Mixing& w : mixing) {
+          std::vector<double> col(n, 0.0);
+          for (std::uint32_t i = 0; i < n; ++i)
+            for (const auto& [j, v] : w[i]) col[j] += v;
+          for (double c : col)
+            if (std::fabs(c - 1) > 1e-12)
+              throw std::invalid_argument(std::string("D-PSGD on ") + topology_name(s.topology) +
+                                          ": the mixing matrix is not doubly stochastic (an irregular graph); use sgp");
+        }
+      }
       if (n <= 2048) spectrum = mixing_spectrum(mixing, n);
       next.assign(n, std::vector<float>(P));
     }

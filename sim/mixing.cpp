@@ -104,6 +104,22 @@ CommGraph::CommGraph(Topology t, std::uint32_t n, std::uint32_t degree, std::uin
       rounds_.push_back(from_out(random_regular(n, degree, Rng(seed))));
       break;
     }
+    case Topology::RandomDirected: {
+      if (degree >= n) throw std::invalid_argument("random_directed: needs degree < peers");
+      directed_ = true;
+      Rng rng(seed);
+      std::vector<std::vector<std::uint32_t>> out(n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        // The ring edge i -> i+1 keeps the graph strongly connected; the rest are random.
+        out[i].push_back((i + 1) % n);
+        while (out[i].size() < degree) {
+          const auto j = static_cast<std::uint32_t>(rng.below(n));
+          if (j != i && std::find(out[i].begin(), out[i].end(), j) == out[i].end()) out[i].push_back(j);
+        }
+      }
+      rounds_.push_back(from_out(std::move(out)));
+      break;
+    }
     case Topology::DirectedExponential: {
       directed_ = true;
       std::vector<std::vector<std::uint32_t>> out(n);

@@ -6,6 +6,8 @@
 //   complete, ring, torus, hypercube, exponential   static, undirected (sim/topology.hpp)
 //   random_regular     static, undirected: a uniform-ish random d-regular simple graph drawn
 //                      from the seed (pairing with restarts, Steger-Wormald)
+//   random_directed    static, directed: i -> i+1 and d-1 further out-neighbours drawn from
+//                      the seed (strongly connected, in-degrees uneven: push-sum only)
 //   directed_exp       static, directed: i -> i + 2^k (mod n), k = 0 .. ceil(log2 n) - 1
 //                      (Assran et al.'s SGP graph)
 //   onepeer_exp        time-varying, directed: at round t, i -> i + 2^(t mod tau) (mod n),

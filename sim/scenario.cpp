@@ -29,6 +29,7 @@ const char* topology_name(Topology t) {
     case Topology::OnePeerExponential: return "onepeer_exp";
     case Topology::DirectedExponential: return "directed_exp";
     case Topology::RandomRegular: return "random_regular";
+    case Topology::RandomDirected: return "random_directed";
   }
   return "?";
 }
@@ -418,7 +419,7 @@ class Builder {
     const std::string aw = where_of("algorithm.kind");
     if (s.algorithm == Algorithm::Gossip) {
       if (s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential ||
-          s.topology == Topology::RandomRegular)
+          s.topology == Topology::RandomRegular || s.topology == Topology::RandomDirected)
         fail(where_of("gossip.topology"), "gossip.topology",
              std::string(topology_name(s.topology)) + " is for the synchronous algorithms (algorithm.kind = dpsgd or sgp); "
              "gossip takes complete, ring, torus, hypercube or exponential");
@@ -436,7 +437,13 @@ class Builder {
         fail(where_of("algorithm.degree"), "algorithm.degree",
              "a random d-regular graph needs d < peers and peers * d even (d " + std::to_string(s.degree) + ", peers " +
                  std::to_string(n) + ")");
-      const bool directed = s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential;
+      if (s.topology == Topology::RandomDirected && s.degree >= n)
+        fail(where_of("algorithm.degree"), "algorithm.degree", "random_directed needs degree < peers");
+      if (s.topology == Topology::RandomDirected && s.algorithm == Algorithm::Dpsgd)
+        fail(where_of("gossip.topology"), "gossip.topology",
+             "random_directed has uneven in-degrees, so no doubly stochastic D-PSGD matrix: use algorithm.kind = sgp");
+      const bool directed = s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential ||
+                            s.topology == Topology::RandomDirected;
       if (s.algorithm == Algorithm::Dpsgd && s.weights == MixingWeights::Metropolis && directed)
         fail(where_of("algorithm.weights"), "algorithm.weights",
              "Metropolis-Hastings weights need an undirected topology, not " + std::string(topology_name(s.topology)));
@@ -591,7 +598,8 @@ class Builder {
            {{"complete", Topology::Complete}, {"ring", Topology::Ring}, {"torus", Topology::Torus},
             {"hypercube", Topology::Hypercube}, {"exponential", Topology::Exponential}, {"exp", Topology::Exponential},
             {"onepeer_exp", Topology::OnePeerExponential}, {"onepeer", Topology::OnePeerExponential},
-            {"directed_exp", Topology::DirectedExponential}, {"random_regular", Topology::RandomRegular}});
+            {"directed_exp", Topology::DirectedExponential}, {"random_regular", Topology::RandomRegular},
+            {"random_directed", Topology::RandomDirected}});
     choice("gossip.bootstrap", s.bootstrap,
            {{"seed", Bootstrap::Seed}, {"neighbours", Bootstrap::Neighbours}, {"all", Bootstrap::All}});
     if (const RawValue* v = r_.last("gossip.staleness")) {

@@ -29,9 +29,12 @@ struct ScenarioError : std::runtime_error {
 
 enum class StepDist { Constant, Normal, Lognormal, Exponential };
 // The first five are undirected and static (gossip and the synchronous algorithms); the last
-// three only serve the synchronous algorithms (sim/mixing.hpp): `OnePeerExponential` changes
-// every round, `DirectedExponential` is directed, `RandomRegular` is drawn from the seed.
-enum class Topology { Complete, Ring, Torus, Hypercube, Exponential, OnePeerExponential, DirectedExponential, RandomRegular };
+// four only serve the synchronous algorithms (sim/mixing.hpp): `OnePeerExponential` changes
+// every round, `DirectedExponential` is directed, `RandomRegular` is drawn from the seed,
+// `RandomDirected` (d random out-neighbours each, irregular in-degrees) is for push-sum.
+enum class Topology {
+  Complete, Ring, Torus, Hypercube, Exponential, OnePeerExponential, DirectedExponential, RandomRegular, RandomDirected
+};
 // What the peers run. Gossip: core's real asynchronous protocol (sim/simulator.hpp); the others
 // are the textbook algorithms it is weighed against, in rounds (sim/algorithms.hpp).
 enum class Algorithm { Gossip, Dpsgd, Sgp, LocalSgd, Diloco, Centralized, AllReduce, PsSync, PsAsync, PsSsp };
