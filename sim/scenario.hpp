@@ -51,7 +51,10 @@ bool uses_topology(Algorithm a);
 struct SweepAxis {
   std::string key;                 // the full key, shorthands resolved (`peers` -> run.peers)
   std::string label;               // as written (column names of the combined CSV)
-  std::vector<std::string> values;
+  std::vector<std::string> values;  // as written: `VALUE` or `VALUE+KEY=V+KEY=V`
+  // Per value: the axis's own assignment first (key=VALUE), then the extra ones a value
+  // carries after `+` (a variant: `sgp+topology=onepeer_exp`), keys resolved.
+  std::vector<std::vector<std::pair<std::string, std::string>>> assignments;
   std::string where;
 };
 

@@ -102,7 +102,7 @@ std::vector<SweepRun> expand_sweep(const std::string& path, const Scenario& base
     std::string label;
     for (std::size_t a = 0; a < base.sweep.size(); ++a) {
       r.values.push_back(base.sweep[a].values[pick[a]]);
-      overrides.push_back(base.sweep[a].key + "=" + r.values.back());
+      for (const auto& [key, value] : base.sweep[a].assignments[pick[a]]) overrides.push_back(key + "=" + value);
       label += (label.empty() ? "" : ", ") + base.sweep[a].label + "=" + r.values.back();
     }
     for (const auto& s : sets) overrides.push_back(s);

@@ -3,7 +3,8 @@
 //
 // A sweep is the Cartesian product of its axes in file order (the first axis varies slowest);
 // run k gets the overrides `key=value` of its combination after the file's own assignments and
-// before the command line's --set (so --set wins). Every combination is parsed and checked
+// before the command line's --set (so --set wins). A value `V+KEY=X+...` (a variant) also
+// assigns KEY=X: `algorithm = dpsgd, sgp+topology=onepeer_exp`. Every combination is parsed and checked
 // before anything runs: a bad one stops the sweep with the combination named, and nothing is
 // written. Runs are independent and each is deterministic, so running them in parallel
 // (`parallel` threads, 2 by default: the machine's cores) changes no byte of any output.

@@ -292,6 +292,8 @@ TEST_CASE("algorithms: scenario errors name the key") {
   CHECK(err({"workload.partition=labels:0"}).find("workload.partition") != std::string::npos);
   CHECK(err({"sweep.nosuchkey=1,2"}).find("sweep.nosuchkey") != std::string::npos);
   CHECK(err({"sweep.peers=4,"}).find("empty value") != std::string::npos);
+  CHECK(err({"sweep.algorithm=sgp+nokey=1"}).find("nokey") != std::string::npos);
+  CHECK(err({"sweep.algorithm=sgp+topology"}).find("VALUE+KEY=V") != std::string::npos);
   CHECK(err({}).empty());
 }
 
@@ -302,13 +304,18 @@ TEST_CASE("algorithms: a sweep runs its grid in parallel and is deterministic") 
   const std::string file = (dir / "grid.ini").string();
   {
     std::ofstream f(file);
-    f << kTrain << "\n[sweep]\nalgorithm = dpsgd,allreduce,ps_async\nseeds = 1,2\ntarget = 0.5\n";
+    f << kTrain << "\n[sweep]\nalgorithm = dpsgd+topology=ring+combine=atc,allreduce,ps_async\nseeds = 1,2\ntarget = 0.5\n";
   }
   const Scenario base = load_scenario(file, {});
   const auto runs = expand_sweep(file, base, {});
   REQUIRE(runs.size() == 6);
   CHECK(runs[1].scenario.seed == 2);
   CHECK(runs[2].scenario.algorithm == Algorithm::AllReduce);
+  // A variant's extra assignments: dpsgd on the ring with ATC.
+  CHECK(runs[0].scenario.algorithm == Algorithm::Dpsgd);
+  CHECK(runs[0].scenario.topology == Topology::Ring);
+  CHECK(runs[0].scenario.atc);
+  CHECK(runs[2].scenario.topology == Topology::Complete);
   const auto slurp = [](const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     std::stringstream ss;
@@ -330,7 +337,7 @@ TEST_CASE("algorithms: a sweep runs its grid in parallel and is deterministic") 
   CHECK(summary[0] == summary[1]);
   // The summary has one row per algorithm (seeds pooled), each with 2 runs.
   CHECK(std::count(summary[0].begin(), summary[0].end(), '\n') == 4);
-  CHECK(summary[0].find("dpsgd,2,") != std::string::npos);
+  CHECK(summary[0].find("dpsgd+topology=ring+combine=atc,2,") != std::string::npos);
   // Another seed gives other rows.
   const auto rows_of = [&](const std::string& run) {
     std::string o;
