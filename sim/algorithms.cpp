@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/check.hpp"
+#include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
 #include "sim/network.hpp"
@@ -103,6 +104,7 @@ struct AlgorithmRun::Impl {
   explicit Impl(const Scenario& sc) : s(sc) {
     if (s.algorithm == Algorithm::Gossip) throw std::invalid_argument("AlgorithmRun: gossip runs in Simulation");
     n = s.founders;
+    if (math_threads() != 1) set_math_threads(1);  // as Simulation: sums in a fixed order
     if (!s.training && s.algorithm != Algorithm::Dpsgd && s.algorithm != Algorithm::Sgp)
       throw std::invalid_argument(std::string("algorithm.kind = ") + algorithm_name(s.algorithm) +
                                   ": training = off (pure averaging) is for dpsgd and sgp");
@@ -238,8 +240,9 @@ struct AlgorithmRun::Impl {
   double server_bw() const { return s.server_bandwidth > 0 ? s.server_bandwidth : s.classes[0].bandwidth; }
   double server_latency() const { return s.latency; }
 
-  bool stop() const { return (R > 0 && round >= R) || (R == 0 && s.duration > 0 && now >= s.duration) ||
-                             (R == 0 && s.peer_duration > 0 && now >= s.peer_duration); }
+  bool stop() const {
+    return (R > 0 && round >= R) || (s.duration > 0 && now >= s.duration) || (s.peer_duration > 0 && now >= s.peer_duration);
+  }
 
   // ---------------------------------------------------------------- samples
   // Rows for every sample time before `t` (the state is the one they see), then the clock.

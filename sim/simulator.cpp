@@ -264,7 +264,9 @@ class SimEnv final : public Env {
 
 Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(streams::kChurn)) {
   RUMOR_CHECK(aligned_heap());
-  set_math_threads(1);  // Eigen's own threads would make the sums' order depend on timing
+  // Eigen's own threads would make the sums' order depend on timing. Only written when it
+  // differs: sweeps construct simulations on two threads at once (run_sweep sets it first).
+  if (math_threads() != 1) set_math_threads(1);
   // Stop rules: rumor-peer's default of 5 epochs when nothing else is said.
   const bool told = s.steps || s.epochs > 0 || s.peer_duration > 0;
   if (!told && s.duration <= 0) {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/model.hpp"
 #include "sim/algorithms.hpp"
 
 namespace rumor::sim {
@@ -131,6 +132,7 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
   std::error_code ec;
   fs::create_directories(fs::path(out_dir) / "runs", ec);
   if (ec) throw std::runtime_error("cannot create output directory '" + out_dir + "': " + ec.message());
+  set_math_threads(1);  // before any thread starts (each run checks it, none writes it)
   std::vector<RunOutcome> out(runs.size());
   std::vector<std::string> errors(runs.size());
   std::atomic<std::size_t> next{0};
