@@ -505,7 +505,7 @@ TEST_CASE("dataset: Partition::parse and ShardSpec::parse") {
     CAPTURE(bad);
     const std::string e = error_of([&] { Partition::parse(bad); });
     CHECK(contains(e, "bad --partition '" + std::string(bad) + "'"));
-    CHECK(contains(e, "expected 'iid' or 'dirichlet:ALPHA'"));
+    CHECK(contains(e, "expected 'iid', 'dirichlet:ALPHA'"));
   }
 
   const ShardSpec s = ShardSpec::parse("3/8");
