@@ -91,11 +91,11 @@ def main():
     for k in range(len(panels), rows_n * cols_n):
         axs[k // cols_n][k % cols_n].axis("off")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "sweep_accuracy.png"), dpi=110)
+    fig.savefig(os.path.join(out, "sweep_accuracy.png"), dpi=90)
     plt.close(fig)
 
     def bars(field, scale, ylabel, name):
-        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(panels) * len(algos) / 3), 4))
+        fig, ax = plt.subplots(figsize=(min(14, max(6, 0.2 * len(panels) * len(algos))), 5))
         width = 0.8 / len(algos)
         for j, a in enumerate(algos):
             xs, ys, es = [], [], []
@@ -115,7 +115,7 @@ def main():
         ax.set_ylabel(ylabel)
         ax.set_title(f"{ylabel} (target accuracy {target}; no bar: not reached)", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7, ncol=min(6, len(algos)))
+        ax.legend(fontsize=7, ncol=min(3, len(algos)), loc="upper center", bbox_to_anchor=(0.5, -0.18))
         fig.tight_layout()
         fig.savefig(os.path.join(out, name), dpi=110)
         plt.close(fig)
