@@ -244,7 +244,7 @@ TEST_CASE("algorithms: DiLoCo with outer lr 1 and no momentum is local SGD exact
   CHECK(max_rel_diff(dil2.params(0), local.params(0)) > 1e-3);  // the outer optimizer does act
 }
 
-TEST_CASE("algorithms: ring all-reduce time and bytes follow the formula") {
+TEST_CASE("algorithms: ring all-reduce and synchronous server times and bytes follow their formulas") {
   AlgorithmRun run(scn(kTrain, {"algorithm.kind=allreduce"}));
   run.run();
   const double B = static_cast<double>(run.message_bytes());
@@ -253,6 +253,15 @@ TEST_CASE("algorithms: ring all-reduce time and bytes follow the formula") {
   CHECK(run.allreduce_time() == doctest::Approx(t_ar).epsilon(1e-12));
   CHECK(run.now() == doctest::Approx(30 * (0.01 + t_ar)).epsilon(1e-9));
   CHECK(run.totals().bytes == static_cast<std::uint64_t>(30 * 2 * 7 * B));
+  // The server: 8 pushes in series through its NIC, a latency, 8 pulls in series, a latency.
+  AlgorithmRun ps(scn(kTrain, {"algorithm.kind=ps_sync"}));
+  ps.run();
+  CHECK(ps.now() == doctest::Approx(30 * (0.01 + 2 * 8 * B / 1.25e8 + 2 * 1e-3)).epsilon(1e-9));
+  CHECK(ps.totals().bytes == static_cast<std::uint64_t>(30 * 2 * 8 * B));
+  // A slower server NIC is the bottleneck it is.
+  AlgorithmRun slow(scn(kTrain, {"algorithm.kind=ps_sync", "algorithm.server_bandwidth=100Mbit"}));
+  slow.run();
+  CHECK(slow.now() == doctest::Approx(30 * (0.01 + 2 * 8 * B / 1.25e7 + 2 * 1e-3)).epsilon(1e-9));
 }
 
 TEST_CASE("algorithms: D-PSGD on the complete graph with uniform weights (ATC) is centralized SGD") {
