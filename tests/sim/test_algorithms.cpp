@@ -186,7 +186,7 @@ TEST_CASE("algorithms: push-sum conserves mass and its ratio reaches the average
   }
 }
 
-TEST_CASE("algorithms: the SSP bound on clock gaps holds and is reached; async exceeds it") {
+TEST_CASE("algorithms: the SSP bound on clock gaps holds and is reached, async exceeds it") {
   // Two speeds of worker: the fast ones run into the bound.
   const char* ps = R"(
 [run]

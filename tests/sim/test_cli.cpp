@@ -77,7 +77,7 @@ TEST_CASE("cli: separate runs give byte-identical files, a bad scenario exits 2 
   CHECK(run("--no-such-flag", kDir + "/bad3.log") == 2);
 }
 
-TEST_CASE("cli: a sweep writes its tables and prints the summary; a bad combination exits 2 and writes nothing") {
+TEST_CASE("cli: a sweep writes its tables and prints the summary, a bad combination exits 2 and writes nothing") {
   if (!fs::exists(kSim)) {
     MESSAGE("rumor-sim is not built (" << kSim << "): skipped");
     return;
