@@ -29,6 +29,7 @@ namespace {
 // Streams forked from the partition seed, one per use, so adding a use shifts no other.
 constexpr std::uint64_t kIidStream = 1;
 constexpr std::uint64_t kDirichletStream = 2;
+constexpr std::uint64_t kLabelsStream = 3;
 // Streams forked from a synthetic task's seed.
 constexpr std::uint64_t kModelStream = 0;  // class means, or W and b
 constexpr std::uint64_t kTrainStream = 1;
@@ -384,9 +385,21 @@ Task linear_regression_task(std::size_t train_rows, std::size_t test_rows, std::
 Partition Partition::parse(const std::string& spec) {
   auto bad = [&]() -> DataError {
     return DataError("bad --partition '" + spec +
-                     "': expected 'iid' or 'dirichlet:ALPHA' with ALPHA a finite number > 0");
+                     "': expected 'iid', 'dirichlet:ALPHA' with ALPHA a finite number > 0, or 'labels:K'");
   };
   if (spec == "iid") return Partition{};
+  if (spec.rfind("labels:", 0) == 0) {
+    const char* first = spec.data() + 7;
+    const char* last = spec.data() + spec.size();
+    int k = 0;
+    const auto [ptr, ec] = std::from_chars(first, last, k);
+    if (first == last || ec != std::errc{} || ptr != last || k < 1)
+      throw DataError("bad --partition '" + spec + "': labels:K needs an integer K >= 1");
+    Partition p;
+    p.kind = Kind::Labels;
+    p.labels = k;
+    return p;
+  }
   const std::string prefix = "dirichlet:";
   if (spec.compare(0, prefix.size(), prefix) != 0) throw bad();
   const char* first = spec.data() + prefix.size();
@@ -403,6 +416,7 @@ Partition Partition::parse(const std::string& spec) {
 
 std::string Partition::str() const {
   if (kind == Kind::Iid) return "iid";
+  if (kind == Kind::Labels) return "labels:" + std::to_string(labels);
   char buf[64];
   const auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, alpha);  // shortest round-trip
   RUMOR_CHECK(ec == std::errc{});
@@ -453,6 +467,65 @@ std::vector<std::vector<std::size_t>> partition_rows(const Dataset& d, int n, co
       fail(d.name, "label " + std::to_string(c) + " at row " + std::to_string(r) +
                        " is outside 0.." + std::to_string(d.classes - 1));
     by_class[static_cast<std::size_t>(c)].push_back(r);
+  }
+
+  if (p.kind == Partition::Kind::Labels) {
+    const auto C = static_cast<std::size_t>(d.classes), shards = static_cast<std::size_t>(n);
+    const std::size_t K = std::min(static_cast<std::size_t>(std::max(p.labels, 1)), C);
+    if (shards * K < C)
+      fail(d.name, "labels:" + std::to_string(p.labels) + " over " + std::to_string(n) + " shards holds " +
+                       std::to_string(shards * K) + " class slots, fewer than the " + std::to_string(C) +
+                       " classes (need shards * K >= classes)");
+    Rng rng = root.fork(kLabelsStream);
+    std::vector<std::vector<std::size_t>> perms;  // perm_r, drawn as slots need them
+    const auto slot = [&](std::size_t s) {
+      while (perms.size() <= s / C) {
+        std::vector<std::size_t> pr(C);
+        std::iota(pr.begin(), pr.end(), std::size_t{0});
+        rng.shuffle(pr);
+        perms.push_back(std::move(pr));
+      }
+      return perms[s / C][s % C];
+    };
+    std::vector<std::vector<std::size_t>> holders(C);
+    for (std::size_t i = 0; i < shards; ++i) {
+      std::vector<std::size_t> mine;
+      for (std::size_t j = 0; j < K; ++j) {
+        const std::size_t s = i * K + j;
+        std::size_t c = slot(s);
+        if (std::find(mine.begin(), mine.end(), c) != mine.end()) {
+          // The next class of this slot's permutation that the shard lacks (K <= C: one exists).
+          for (std::size_t t = 1; t <= C; ++t) {
+            const std::size_t c2 = perms[s / C][(s + t) % C];
+            if (std::find(mine.begin(), mine.end(), c2) == mine.end()) {
+              c = c2;
+              break;
+            }
+          }
+        }
+        mine.push_back(c);
+        holders[c].push_back(i);
+      }
+    }
+    std::vector<std::vector<std::size_t>> parts(shards);
+    for (std::size_t c = 0; c < C; ++c) {
+      auto& rows = by_class[c];
+      rng.shuffle(rows);
+      const auto cut = cut_even(rows, static_cast<int>(holders[c].size()));
+      for (std::size_t h = 0; h < holders[c].size(); ++h)
+        parts[holders[c][h]].insert(parts[holders[c][h]].end(), cut[h].begin(), cut[h].end());
+    }
+    for (auto& part : parts) {
+      // A class with fewer rows than holders leaves some empty: one row from the largest.
+      if (!part.empty()) continue;
+      auto largest = std::max_element(parts.begin(), parts.end(),
+                                      [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      RUMOR_CHECK(largest->size() >= 2);
+      part.push_back(largest->back());
+      largest->pop_back();
+    }
+    for (auto& part : parts) rng.shuffle(part);
+    return parts;
   }
 
   Rng rng = root.fork(kDirichletStream);

@@ -72,9 +72,10 @@ Task linear_regression_task(std::size_t train_rows, std::size_t test_rows, std::
 
 // ---- Shards and partitions ----
 struct Partition {
-  enum class Kind { Iid, Dirichlet } kind = Kind::Iid;
+  enum class Kind { Iid, Dirichlet, Labels } kind = Kind::Iid;
   double alpha = 1.0;  // Dirichlet concentration; smaller = more label skew
-  // "iid" or "dirichlet:ALPHA"; throws DataError with the accepted forms otherwise.
+  int labels = 2;      // Labels: classes per shard
+  // "iid", "dirichlet:ALPHA" or "labels:K"; throws DataError with the accepted forms otherwise.
   static Partition parse(const std::string& spec);
   std::string str() const;
 };
@@ -86,6 +87,11 @@ struct ShardSpec {
 // Row indices of every shard (n lists): disjoint and together covering all rows. Iid: a seeded
 // permutation cut into n near-equal parts. Dirichlet: for each class, its rows are split among
 // the shards in proportions drawn from Dirichlet(alpha) (regression sets fall back to iid).
+// Labels:K: every shard holds exactly min(K, classes) distinct classes. Slot s = i*K + j of
+// shard i (j < K) is class perm_{s / C}[s mod C], perm_r seeded permutations of the C classes
+// (a class repeated within a shard, where its slots span two permutations, is replaced by
+// the next class of the later permutation it lacks), so with n*K >= C every class is held;
+// a class's rows are split evenly among its holders. n*K < C is a DataError.
 std::vector<std::vector<std::size_t>> partition_rows(const Dataset& d, int n, const Partition& p,
                                                      std::uint64_t seed);
 // Convenience: the one shard this peer trains on.

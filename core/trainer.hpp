@@ -56,6 +56,9 @@ class Trainer {
   const Model& model() const { return *model_; }
   Optimizer& optimizer() { return *opt_; }
   std::span<float> params() { return params_; }
+  // The gradient compute_gradient() left for apply_gradient(); a caller may replace it in
+  // between (the simulator's all-reduce and parameter-server baselines average it).
+  std::span<float> gradient() { return grad_; }
   std::span<const float> params() const { return params_; }
   const Dataset& shard() const { return *shard_; }
   const TrainerConfig& config() const { return cfg_; }

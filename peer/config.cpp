@@ -26,7 +26,7 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_data)->capture_default_str();
   app.add_option("--shard", c.shard, "This peer's share of the training set, K/N")
       ->group(g_data)->capture_default_str();
-  app.add_option("--partition", c.partition, "How shards are drawn: iid or dirichlet:ALPHA")
+  app.add_option("--partition", c.partition, "How shards are drawn: iid, dirichlet:ALPHA or labels:K (K classes per shard)")
       ->group(g_data)->capture_default_str();
 
   auto* g_model = "Model and optimizer";

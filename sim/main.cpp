@@ -21,6 +21,7 @@
 #include "sim/calibrate.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
 
 #ifndef RUMOR_SOURCE_DIR
 #define RUMOR_SOURCE_DIR ""
@@ -32,14 +33,14 @@ namespace fs = std::filesystem;
 
 // examples/sim/plot.py: next to the source tree this binary was built from, or found from
 // the executable (build/sim/rumor-sim -> ../../examples/sim/plot.py).
-std::string find_plot_script(const char* argv0) {
+std::string find_plot_script(const char* argv0, const std::string& name) {
   std::vector<fs::path> candidates;
-  if (std::string(RUMOR_SOURCE_DIR).size()) candidates.push_back(fs::path(RUMOR_SOURCE_DIR) / "examples/sim/plot.py");
+  if (std::string(RUMOR_SOURCE_DIR).size()) candidates.push_back(fs::path(RUMOR_SOURCE_DIR) / "examples/sim" / name);
   std::error_code ec;
   const fs::path exe = fs::canonical("/proc/self/exe", ec);
   const fs::path base = ec ? fs::path(argv0).parent_path() : exe.parent_path();
   for (fs::path d = base; !d.empty() && d != d.parent_path(); d = d.parent_path())
-    candidates.push_back(d / "examples/sim/plot.py");
+    candidates.push_back(d / "examples/sim" / name);
   for (const auto& c : candidates)
     if (fs::exists(c, ec)) return c.string();
   return {};
@@ -118,23 +119,42 @@ int main(int argc, char** argv) {
   (void)o_scn;
 
   const auto t0 = std::chrono::steady_clock::now();
+  bool swept = false;
   try {
     const rumor::sim::Scenario s = rumor::sim::load_scenario(scenario_path, sets);
-    rumor::sim::Simulation sim(s);
-    const double t_build = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sim.run();
-    sim.write_outputs(out_dir);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    const auto& t = sim.totals();
-    std::fprintf(stderr,
-                 "rumor-sim: %llu events, %.3f s virtual, final test_acc %.4f; wall %.2f s (setup %.2f s), "
-                 "%.0f events/s, peak RSS %.1f MB; outputs in %s\n",
-                 static_cast<unsigned long long>(t.events), sim.now(),
-                 sim.samples().empty() ? 0.0 : sim.samples().back().test_acc, wall, t_build,
-                 wall - t_build > 0 ? static_cast<double>(t.events) / (wall - t_build) : 0.0,
-                 static_cast<double>(ru.ru_maxrss) / 1024.0, out_dir.c_str());
+    if (!s.sweep.empty()) {
+      // A grid: every combination checked first, then run `sweep.parallel` at a time.
+      swept = true;
+      const auto runs = rumor::sim::expand_sweep(scenario_path, s, sets);
+      std::fprintf(stderr, "rumor-sim: sweep of %zu runs, %zu at a time, into %s\n", runs.size(), s.sweep_parallel,
+                   out_dir.c_str());
+      std::size_t done = 0;
+      const std::string md = rumor::sim::run_sweep(s, runs, out_dir, [&](const rumor::sim::SweepRun& r, const rumor::sim::RunOutcome& o) {
+        ++done;
+        std::string label;
+        for (std::size_t a = 0; a < s.sweep.size(); ++a) label += " " + s.sweep[a].label + "=" + r.values[a];
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "rumor-sim: [%zu/%zu] run %s:%s: final test_acc %.4f at %.2f s virtual (%.0f s wall so far)\n",
+                     done, runs.size(), r.name.c_str(), label.c_str(), o.samples.empty() ? 0.0 : o.samples.back().test_acc,
+                     o.virtual_time, el);
+      });
+      std::cout << md;
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "rumor-sim: sweep done, wall %.1f s; sweep.csv, runs.csv, summary.csv, summary.md in %s\n", wall,
+                   out_dir.c_str());
+    } else {
+      const rumor::sim::RunOutcome o = rumor::sim::run_scenario(s, out_dir);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rusage ru{};
+      getrusage(RUSAGE_SELF, &ru);
+      std::fprintf(stderr,
+                   "rumor-sim: %llu events, %.3f s virtual, final test_acc %.4f; wall %.2f s, "
+                   "%.0f events/s, peak RSS %.1f MB; outputs in %s\n",
+                   static_cast<unsigned long long>(o.totals.events), o.virtual_time,
+                   o.samples.empty() ? 0.0 : o.samples.back().test_acc, wall,
+                   wall > 0 ? static_cast<double>(o.totals.events) / wall : 0.0,
+                   static_cast<double>(ru.ru_maxrss) / 1024.0, out_dir.c_str());
+    }
   } catch (const rumor::sim::ScenarioError& e) {
     std::cerr << "rumor-sim: " << e.what() << "\n";
     return 2;
@@ -150,12 +170,13 @@ int main(int argc, char** argv) {
   }
 
   if (plot) {
-    const std::string script = find_plot_script(argv[0]);
+    // A sweep's comparison plots come from sweep_plot.py, a single run's from plot.py.
+    const std::string script = find_plot_script(argv[0], swept ? "sweep_plot.py" : "plot.py");
     std::error_code ec;
     if (!fs::exists("/usr/bin/python3", ec)) {
       std::cerr << "rumor-sim: --plot needs /usr/bin/python3 with matplotlib; the CSV files are written\n";
     } else if (script.empty()) {
-      std::cerr << "rumor-sim: --plot: examples/sim/plot.py not found; the CSV files are written\n";
+      std::cerr << "rumor-sim: --plot: the plot script (examples/sim/) was not found; the CSV files are written\n";
     } else {
       const std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(out_dir);
       if (std::system(cmd.c_str()) != 0)

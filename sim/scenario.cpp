@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/dataset.hpp"
 #include "core/rng.hpp"
 #include "sim/streams.hpp"
 
@@ -25,9 +26,31 @@ const char* topology_name(Topology t) {
     case Topology::Torus: return "torus";
     case Topology::Hypercube: return "hypercube";
     case Topology::Exponential: return "exponential";
+    case Topology::OnePeerExponential: return "onepeer_exp";
+    case Topology::DirectedExponential: return "directed_exp";
+    case Topology::RandomRegular: return "random_regular";
+    case Topology::RandomDirected: return "random_directed";
   }
   return "?";
 }
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Gossip: return "gossip";
+    case Algorithm::Dpsgd: return "dpsgd";
+    case Algorithm::Sgp: return "sgp";
+    case Algorithm::LocalSgd: return "local_sgd";
+    case Algorithm::Diloco: return "diloco";
+    case Algorithm::Centralized: return "centralized";
+    case Algorithm::AllReduce: return "allreduce";
+    case Algorithm::PsSync: return "ps_sync";
+    case Algorithm::PsAsync: return "ps_async";
+    case Algorithm::PsSsp: return "ps_ssp";
+  }
+  return "?";
+}
+
+bool uses_topology(Algorithm a) { return a == Algorithm::Gossip || a == Algorithm::Dpsgd || a == Algorithm::Sgp; }
 
 namespace {
 
@@ -60,6 +83,8 @@ const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "b
                                           "exchange_cpu", "eval_time", "start"};
 const std::map<std::string, std::set<std::string>> kKeys = {
     {"run", {"seed", "duration", "peers", "settle", "settle_tick"}},
+    {"algorithm", {"kind", "combine", "weights", "degree", "outer_lr", "outer_momentum", "nesterov", "staleness",
+                   "server_bandwidth", "header_bytes"}},
     {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
                   "schedule", "warmup_steps", "batch", "epochs", "steps", "duration", "peer_seeds", "dim",
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
@@ -78,9 +103,23 @@ class Raw {
  public:
   std::map<std::string, std::vector<RawValue>> entries;
   std::vector<std::string> class_order;  // [class.NAME] sections in order of appearance
+  std::vector<std::string> sweep_order;  // [sweep] axes in order of appearance
 
   void set(const std::string& section, const std::string& key, const std::string& value, const std::string& where) {
     std::string full;
+    if (section == "sweep") {
+      // [sweep]: `target` and `parallel` configure it; any other key is an axis of the grid,
+      // checked against the known keys when the grid is built. Axes keep their file order.
+      full = "sweep." + key;
+      if (key != "target" && key != "parallel") {
+        auto it = std::find(sweep_order.begin(), sweep_order.end(), key);
+        if (it == sweep_order.end()) sweep_order.push_back(key);
+      }
+      auto& v = entries[full];
+      v.clear();
+      v.push_back({value, where});
+      return;
+    }
     if (section.rfind("class.", 0) == 0) {
       const std::string name = section.substr(6);
       if (name.empty() || name.find_first_of(" .,|") != std::string::npos)
@@ -91,7 +130,7 @@ class Raw {
     } else {
       auto s = kKeys.find(section);
       if (s == kKeys.end())
-        fail(where, "[" + section + "]", "unknown section (known: run, workload, gossip, network, compute, class.NAME, churn, output)");
+        fail(where, "[" + section + "]", "unknown section (known: run, algorithm, workload, gossip, network, compute, class.NAME, churn, output, sweep)");
       if (!s->second.count(key)) fail(where, section + "." + key, "unknown key" + listing(s->second));
       full = section + "." + key;
     }
@@ -116,8 +155,8 @@ class Raw {
         section = trim(line.substr(1, line.size() - 2));
         if (section.rfind("class.", 0) == 0) {
           set_class_seen(section.substr(6), where);
-        } else if (!kKeys.count(section)) {
-          fail(where, "[" + section + "]", "unknown section (known: run, workload, gossip, network, compute, class.NAME, churn, output)");
+        } else if (!kKeys.count(section) && section != "sweep") {
+          fail(where, "[" + section + "]", "unknown section (known: run, algorithm, workload, gossip, network, compute, class.NAME, churn, output, sweep)");
         }
         continue;
       }
@@ -155,6 +194,10 @@ class Raw {
     const std::string path = trim(o.substr(0, eq)), value = trim(o.substr(eq + 1));
     const auto dot = path.find_last_of('.');
     if (dot == std::string::npos || dot == 0) fail(where, path, "expected section.key (for example network.latency)");
+    if (path.rfind("sweep.", 0) == 0 && path.size() > 6) {  // sweep.peers, sweep.gossip.topology
+      set("sweep", path.substr(6), value, where);
+      return;
+    }
     const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
     if (section.rfind("class.", 0) == 0) set_class_seen(section.substr(6), where);
     set(section, key, value, where);
@@ -237,6 +280,7 @@ class Builder {
     Scenario s;
     s.source = source;
     run(s);
+    algorithm(s);
     workload(s);
     gossip(s);
     compute_and_classes(s);
@@ -244,6 +288,8 @@ class Builder {
     churn(s);
     resolve_sets(s);
     output(s);
+    check_algorithm(s);
+    sweep(s);
     return s;
   }
 
@@ -335,6 +381,150 @@ class Builder {
     positive("run.settle_tick", s.settle_tick);
   }
 
+  void algorithm(Scenario& s) {
+    choice("algorithm.kind", s.algorithm,
+           {{"gossip", Algorithm::Gossip}, {"dpsgd", Algorithm::Dpsgd}, {"sgp", Algorithm::Sgp},
+            {"local_sgd", Algorithm::LocalSgd}, {"diloco", Algorithm::Diloco}, {"centralized", Algorithm::Centralized},
+            {"allreduce", Algorithm::AllReduce}, {"ps", Algorithm::PsSync}, {"ps_sync", Algorithm::PsSync},
+            {"ps_async", Algorithm::PsAsync}, {"ps_ssp", Algorithm::PsSsp}});
+    if (const RawValue* v = r_.last("algorithm.combine")) {
+      if (v->value == "cta") s.atc = false;
+      else if (v->value == "atc") s.atc = true;
+      else fail(v->where, "algorithm.combine", "'" + v->value + "' is not one of cta, atc");
+    }
+    choice("algorithm.weights", s.weights, {{"uniform", MixingWeights::Uniform}, {"metropolis", MixingWeights::Metropolis}});
+    if (get("algorithm.degree", s.degree) && s.degree < 1)
+      fail(where_of("algorithm.degree"), "algorithm.degree", "must be >= 1");
+    if (get("algorithm.outer_lr", s.outer_lr)) positive("algorithm.outer_lr", s.outer_lr);
+    if (get("algorithm.outer_momentum", s.outer_momentum) && !(s.outer_momentum >= 0 && s.outer_momentum < 1))
+      fail(where_of("algorithm.outer_momentum"), "algorithm.outer_momentum", "must lie in [0, 1)");
+    get("algorithm.nesterov", s.outer_nesterov);
+    if (const RawValue* v = r_.last("algorithm.staleness")) {
+      if (v->value == "inf" || v->value == "infinity") {
+        s.ps_staleness = INFINITY;
+      } else {
+        std::uint64_t k = 0;
+        convert(v->value, v->where, "algorithm.staleness", k);
+        s.ps_staleness = static_cast<double>(k);
+      }
+    }
+    bw("algorithm.server_bandwidth", s.server_bandwidth);
+    get("algorithm.header_bytes", s.header_bytes);
+  }
+
+  // What only gossip simulates (churn, faults, codecs) is refused for the other algorithms
+  // rather than silently ignored; the new topologies are refused for gossip.
+  void check_algorithm(const Scenario& s) {
+    const std::string alg = std::string("algorithm.kind = ") + algorithm_name(s.algorithm);
+    const std::string aw = where_of("algorithm.kind");
+    if (s.algorithm == Algorithm::Gossip) {
+      if (s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential ||
+          s.topology == Topology::RandomRegular || s.topology == Topology::RandomDirected)
+        fail(where_of("gossip.topology"), "gossip.topology",
+             std::string(topology_name(s.topology)) + " is for the synchronous algorithms (algorithm.kind = dpsgd or sgp); "
+             "gossip takes complete, ring, torus, hypercube or exponential");
+      return;
+    }
+    if (!s.churn.empty()) fail(aw, "churn", alg + ": churn is only simulated for gossip");
+    if (!s.partitions.empty()) fail(aw, "network.partition", alg + ": partitions are only simulated for gossip");
+    if (s.loss > 0) fail(aw, "network.loss", alg + ": message loss is only simulated for gossip");
+    if (s.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
+    if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
+    if (s.peer_evals) fail(aw, "output.peer_evals", alg + ": per-peer evaluations are only simulated for gossip");
+    const std::uint32_t n = s.founders;
+    if (uses_topology(s.algorithm)) {
+      if (s.topology == Topology::RandomRegular && (s.degree >= n || (static_cast<std::uint64_t>(n) * s.degree) % 2 != 0))
+        fail(where_of("algorithm.degree"), "algorithm.degree",
+             "a random d-regular graph needs d < peers and peers * d even (d " + std::to_string(s.degree) + ", peers " +
+                 std::to_string(n) + ")");
+      if (s.topology == Topology::RandomDirected && s.degree >= n)
+        fail(where_of("algorithm.degree"), "algorithm.degree", "random_directed needs degree < peers");
+      if (s.topology == Topology::RandomDirected && s.algorithm == Algorithm::Dpsgd)
+        fail(where_of("gossip.topology"), "gossip.topology",
+             "random_directed has uneven in-degrees, so no doubly stochastic D-PSGD matrix: use algorithm.kind = sgp");
+      const bool directed = s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential ||
+                            s.topology == Topology::RandomDirected;
+      if (s.algorithm == Algorithm::Dpsgd && s.weights == MixingWeights::Metropolis && directed)
+        fail(where_of("algorithm.weights"), "algorithm.weights",
+             "Metropolis-Hastings weights need an undirected topology, not " + std::string(topology_name(s.topology)));
+    }
+    if (s.algorithm == Algorithm::PsSsp && !std::isfinite(s.ps_staleness))
+      fail(where_of("algorithm.staleness"), "algorithm.staleness", "ps_ssp needs a finite bound (ps_async is s = inf)");
+  }
+
+  // [sweep]: axes `KEY = V1,V2,...` (KEY a full section.key or a shorthand), `target`, `parallel`.
+  void sweep(Scenario& s) {
+    static const std::map<std::string, std::string> shorthand = {
+        {"algorithm", "algorithm.kind"}, {"topology", "gossip.topology"}, {"peers", "run.peers"},
+        {"seed", "run.seed"},            {"seeds", "run.seed"},           {"H", "gossip.local_steps"},
+        {"local_steps", "gossip.local_steps"}, {"partition", "workload.partition"},
+        {"bandwidth", "network.bandwidth"}, {"latency", "network.latency"}, {"weights", "algorithm.weights"},
+        {"combine", "algorithm.combine"}};
+    if (const RawValue* v = r_.last("sweep.target")) {
+      s.sweep_target = to_number(v->value, v->where, "sweep.target", nullptr);
+      if (!(s.sweep_target > 0 && s.sweep_target <= 1)) fail(v->where, "sweep.target", "a test accuracy in (0, 1]");
+    }
+    if (const RawValue* v = r_.last("sweep.parallel")) {
+      convert(v->value, v->where, "sweep.parallel", s.sweep_parallel);
+      if (s.sweep_parallel < 1 || s.sweep_parallel > 64) fail(v->where, "sweep.parallel", "1 to 64 runs at once");
+    }
+    const auto resolve_key = [&](const std::string& label, const std::string& where, const std::string& ctx) {
+      auto it = shorthand.find(label);
+      const std::string key = it != shorthand.end() ? it->second : label;
+      const auto dot = key.find_last_of('.');
+      bool known = false;
+      if (dot != std::string::npos && dot > 0) {
+        const std::string sec = key.substr(0, dot), k = key.substr(dot + 1);
+        if (sec.rfind("class.", 0) == 0) {
+          known = kClassKeys.count(k) > 0;
+        } else if (auto ks = kKeys.find(sec); ks != kKeys.end()) {
+          known = ks->second.count(k) > 0 && !kListKeys.count(key);
+        }
+      }
+      if (!known)
+        fail(where, ctx,
+             "'" + label + "' is not a scenario key: give section.key (for example network.latency) or one of algorithm, "
+             "topology, peers, seeds, H, partition, bandwidth, latency, weights, combine");
+      return key;
+    };
+    for (const std::string& label : r_.sweep_order) {
+      const RawValue* v = r_.last("sweep." + label);
+      SweepAxis a;
+      a.label = label;
+      a.where = v->where;
+      a.key = resolve_key(label, v->where, "sweep." + label);
+      for (const auto& axis : s.sweep)
+        if (axis.key == a.key) fail(v->where, "sweep." + label, "the same key as sweep." + axis.label);
+      std::size_t start = 0;
+      while (start <= v->value.size()) {
+        const auto comma = v->value.find(',', start);
+        const std::string item = trim(v->value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? v->value.size() + 1 : comma + 1;
+        if (item.empty()) fail(v->where, "sweep." + label, "empty value in '" + v->value + "'");
+        // VALUE[+KEY=V...]: a variant carries further assignments.
+        std::vector<std::pair<std::string, std::string>> as;
+        std::size_t p0 = 0;
+        while (p0 <= item.size()) {
+          const auto plus = item.find('+', p0);
+          const std::string part = trim(item.substr(p0, plus == std::string::npos ? std::string::npos : plus - p0));
+          p0 = plus == std::string::npos ? item.size() + 1 : plus + 1;
+          if (part.empty()) fail(v->where, "sweep." + label, "empty part in '" + item + "'");
+          if (as.empty()) {
+            as.emplace_back(a.key, part);
+            continue;
+          }
+          const auto eq = part.find('=');
+          if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
+            fail(v->where, "sweep." + label, "expected VALUE+KEY=V in '" + item + "'");
+          as.emplace_back(resolve_key(trim(part.substr(0, eq)), v->where, "sweep." + label), trim(part.substr(eq + 1)));
+        }
+        a.values.push_back(item);
+        a.assignments.push_back(std::move(as));
+      }
+      s.sweep.push_back(std::move(a));
+    }
+  }
+
   void workload(Scenario& s) {
     choice("workload.kind", s.workload, {{"model", WorkloadKind::Model}, {"quadratic", WorkloadKind::Quadratic}});
     get("workload.training", s.training);
@@ -392,8 +582,12 @@ class Builder {
       fail(where_of("workload.init_values"), "workload.init_values", "`model` needs workload.kind = model");
     if (s.workload == WorkloadKind::Model) {
       // Reject a bad partition or optimizer here rather than deep in the build.
-      if (s.partition != "iid" && s.partition.rfind("dirichlet:", 0) != 0)
-        fail(where_of("workload.partition"), "workload.partition", "expected iid or dirichlet:ALPHA, got '" + s.partition + "'");
+      try {
+        (void)Partition::parse(s.partition);
+      } catch (const DataError&) {
+        fail(where_of("workload.partition"), "workload.partition",
+             "expected iid, dirichlet:ALPHA (ALPHA > 0) or labels:K (K >= 1), got '" + s.partition + "'");
+      }
       if (s.optimizer != "adam" && s.optimizer != "adamw" && s.optimizer != "sgd")
         fail(where_of("workload.optimizer"), "workload.optimizer", "expected adam, adamw or sgd, got '" + s.optimizer + "'");
     }
@@ -424,7 +618,10 @@ class Builder {
     if (s.digest_limit < 1) fail(where_of("gossip.digest_limit"), "gossip.digest_limit", "must be >= 1");
     choice("gossip.topology", s.topology,
            {{"complete", Topology::Complete}, {"ring", Topology::Ring}, {"torus", Topology::Torus},
-            {"hypercube", Topology::Hypercube}, {"exponential", Topology::Exponential}});
+            {"hypercube", Topology::Hypercube}, {"exponential", Topology::Exponential}, {"exp", Topology::Exponential},
+            {"onepeer_exp", Topology::OnePeerExponential}, {"onepeer", Topology::OnePeerExponential},
+            {"directed_exp", Topology::DirectedExponential}, {"random_regular", Topology::RandomRegular},
+            {"random_directed", Topology::RandomDirected}});
     choice("gossip.bootstrap", s.bootstrap,
            {{"seed", Bootstrap::Seed}, {"neighbours", Bootstrap::Neighbours}, {"all", Bootstrap::All}});
     if (const RawValue* v = r_.last("gossip.staleness")) {

@@ -28,11 +28,35 @@ struct ScenarioError : std::runtime_error {
 };
 
 enum class StepDist { Constant, Normal, Lognormal, Exponential };
-enum class Topology { Complete, Ring, Torus, Hypercube, Exponential };
+// The first five are undirected and static (gossip and the synchronous algorithms); the last
+// four only serve the synchronous algorithms (sim/mixing.hpp): `OnePeerExponential` changes
+// every round, `DirectedExponential` is directed, `RandomRegular` is drawn from the seed,
+// `RandomDirected` (d random out-neighbours each, irregular in-degrees) is for push-sum.
+enum class Topology {
+  Complete, Ring, Torus, Hypercube, Exponential, OnePeerExponential, DirectedExponential, RandomRegular, RandomDirected
+};
+// What the peers run. Gossip: core's real asynchronous protocol (sim/simulator.hpp); the others
+// are the textbook algorithms it is weighed against, in rounds (sim/algorithms.hpp).
+enum class Algorithm { Gossip, Dpsgd, Sgp, LocalSgd, Diloco, Centralized, AllReduce, PsSync, PsAsync, PsSsp };
+enum class MixingWeights { Uniform, Metropolis };
 enum class Bootstrap { Seed, Neighbours, All };
 enum class WorkloadKind { Model, Quadratic };
 
 const char* topology_name(Topology t);
+const char* algorithm_name(Algorithm a);
+// True for the algorithms that use a communication graph (dpsgd, sgp, gossip).
+bool uses_topology(Algorithm a);
+
+// One axis of a [sweep] grid: a scenario key (section.key) and the values it takes.
+struct SweepAxis {
+  std::string key;                 // the full key, shorthands resolved (`peers` -> run.peers)
+  std::string label;               // as written (column names of the combined CSV)
+  std::vector<std::string> values;  // as written: `VALUE` or `VALUE+KEY=V+KEY=V`
+  // Per value: the axis's own assignment first (key=VALUE), then the extra ones a value
+  // carries after `+` (a variant: `sgp+topology=onepeer_exp`), keys resolved.
+  std::vector<std::vector<std::pair<std::string, std::string>>> assignments;
+  std::string where;
+};
 
 // A set of peers by index, resolved at parse time against every id that will ever exist
 // (founders + scheduled and Poisson joins).
@@ -83,6 +107,21 @@ struct ChurnAction {
 
 struct Scenario {
   std::string source;          // the file given on the command line
+  // [algorithm] (docs/sim.md, "Algorithms")
+  Algorithm algorithm = Algorithm::Gossip;
+  bool atc = false;            // dpsgd: adapt-then-combine (else combine-then-adapt)
+  MixingWeights weights = MixingWeights::Uniform;
+  std::uint32_t degree = 4;    // topology random_regular: the degree d
+  double outer_lr = 0.7, outer_momentum = 0.9;  // diloco's outer SGD
+  bool outer_nesterov = true;
+  double ps_staleness = 2;     // ps_ssp: the bound s on clock gaps
+  double server_bandwidth = -1;  // ps_*: the server's NIC (< 0: network.bandwidth)
+  std::size_t header_bytes = 64;  // the synchronous algorithms: bytes of a message besides the
+                                  // 32-byte frame header and the float32 payload
+  // [sweep]: the grid, in file order (empty: a single run), and what its summary measures.
+  std::vector<SweepAxis> sweep;
+  double sweep_target = 0.8;   // time and bytes to this test accuracy of the average model
+  std::size_t sweep_parallel = 2;  // runs at once
   // [run]
   std::uint64_t seed = 1;
   double duration = 0;         // hard end of virtual time; 0 = when every peer is done

@@ -264,7 +264,9 @@ class SimEnv final : public Env {
 
 Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(streams::kChurn)) {
   RUMOR_CHECK(aligned_heap());
-  set_math_threads(1);  // Eigen's own threads would make the sums' order depend on timing
+  // Eigen's own threads would make the sums' order depend on timing. Only written when it
+  // differs: sweeps construct simulations on two threads at once (run_sweep sets it first).
+  if (math_threads() != 1) set_math_threads(1);
   // Stop rules: rumor-peer's default of 5 epochs when nothing else is said.
   const bool told = s.steps || s.epochs > 0 || s.peer_duration > 0;
   if (!told && s.duration <= 0) {
@@ -1131,11 +1133,13 @@ std::vector<double> Simulation::mean_params(std::size_t* count) const {
   return m;
 }
 
-std::string Simulation::timeseries_csv() const {
+std::string Simulation::timeseries_csv() const { return timeseries_csv_of(impl_->samples); }
+
+std::string timeseries_csv_of(const std::vector<Sample>& samples) {
   std::string out =
       "time,peers,mean_step,loss,test_acc,peer_loss,peer_acc,peer_acc_min,consensus_distance,spread,bytes,exchanges,"
       "exchanges_failed,dropped\n";
-  for (const Sample& r : impl_->samples)
+  for (const Sample& r : samples)
     out += format("%.6f,%u,%.3f,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%llu,%llu,%llu,%llu\n", r.time, r.peers, r.mean_step,
                   r.loss, r.test_acc, r.peer_loss, r.peer_acc, r.peer_acc_min, r.consensus_distance, r.spread,
                   static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.exchanges),

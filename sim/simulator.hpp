@@ -52,6 +52,9 @@ struct Sample {
   std::uint64_t bytes = 0, exchanges = 0, failed = 0, dropped = 0;
 };
 
+// The text of timeseries.csv for these rows (every algorithm writes the same columns).
+std::string timeseries_csv_of(const std::vector<Sample>& samples);
+
 struct Totals {
   std::uint64_t events = 0, messages = 0, bytes = 0, dropped = 0, refused = 0;
   std::uint64_t exchanges = 0, answered = 0, failed = 0, rejected = 0;

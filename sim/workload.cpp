@@ -26,6 +26,15 @@ class TrainerPeer final : public PeerModel {
   std::uint64_t samples() const override { return t_.samples(); }
   double epochs_done() const override { return t_.epochs_done(); }
   void adopt_step(std::uint64_t step) override { t_.adopt_step(step); }
+  void get_gradient(std::vector<double>& g) const override {
+    const auto src = const_cast<Trainer&>(t_).gradient();
+    g.assign(src.begin(), src.end());
+  }
+  void set_gradient(std::span<const double> g) override {
+    auto dst = t_.gradient();
+    RUMOR_CHECK(g.size() == dst.size());
+    for (std::size_t j = 0; j < g.size(); ++j) dst[j] = static_cast<float>(g[j]);
+  }
 
  private:
   Trainer t_;
@@ -54,6 +63,11 @@ class QuadraticPeer final : public PeerModel {
   std::uint64_t samples() const override { return steps_; }
   double epochs_done() const override { return 0; }
   void adopt_step(std::uint64_t step) override { steps_ = step; }
+  void get_gradient(std::vector<double>& g) const override { g = g_; }
+  void set_gradient(std::span<const double> g) override {
+    RUMOR_CHECK(g.size() == g_.size());
+    std::copy(g.begin(), g.end(), g_.begin());
+  }
 
  private:
   const std::vector<double>& h_;
@@ -75,6 +89,8 @@ class AveragingPeer final : public PeerModel {
   std::uint64_t samples() const override { return 0; }
   double epochs_done() const override { return 0; }
   void adopt_step(std::uint64_t) override {}
+  void get_gradient(std::vector<double>&) const override { RUMOR_CHECK(false, "training is off"); }
+  void set_gradient(std::span<const double>) override { RUMOR_CHECK(false, "training is off"); }
 
  private:
   std::vector<float> x_;
@@ -165,23 +181,41 @@ std::unique_ptr<PeerModel> Workload::make_peer(std::uint32_t index, std::uint32_
     return std::make_unique<QuadraticPeer>(h_, s_.lr, s_.noise, static_cast<float>(s_.x0), peer_rng.fork(1));
   TrainerConfig tc;
   tc.model = s_.model;
-  tc.optimizer.kind = s_.optimizer;
-  tc.optimizer.momentum = s_.momentum;
-  tc.optimizer.weight_decay = s_.weight_decay;
-  tc.schedule.kind = s_.schedule;
-  tc.schedule.base_lr = s_.lr;
-  tc.schedule.warmup_steps = s_.warmup_steps;
-  if (s_.schedule == "cosine") {
-    // rumor-peer's rule: decay over the run's steps (or epochs) unless told otherwise.
-    const std::uint64_t per_epoch = (shard_rows(index) + s_.batch - 1) / s_.batch;
-    tc.schedule.total_steps = s_.steps ? s_.steps : static_cast<std::uint64_t>(std::ceil(s_.epochs * static_cast<double>(per_epoch)));
-  }
+  tc.optimizer = optimizer_config();
+  tc.schedule = schedule_config(index);
   tc.batch = s_.batch;
   // rumor-peer gives every peer the swarm's --seed (batch order) and the same initial model;
   // `peer_seeds = distinct` gives each its own batch order (the initial model stays common).
   tc.seed = s_.same_seed ? s_.seed : Rng(s_.seed).fork(0x5EED0000ull + index)();
   tc.init_seed = s_.seed;
   return std::make_unique<TrainerPeer>(tc, shards_[index], input_dim_, output_dim_);
+}
+
+OptimizerConfig Workload::optimizer_config() const {
+  OptimizerConfig oc;
+  if (s_.workload == WorkloadKind::Quadratic) {
+    oc.kind = "sgd";
+    oc.momentum = 0;
+    return oc;
+  }
+  oc.kind = s_.optimizer;
+  oc.momentum = s_.momentum;
+  oc.weight_decay = s_.weight_decay;
+  return oc;
+}
+
+ScheduleConfig Workload::schedule_config(std::uint32_t index) const {
+  ScheduleConfig sc;
+  sc.base_lr = s_.lr;
+  if (s_.workload == WorkloadKind::Quadratic) return sc;
+  sc.kind = s_.schedule;
+  sc.warmup_steps = s_.warmup_steps;
+  if (s_.schedule == "cosine") {
+    // rumor-peer's rule: decay over the run's steps (or epochs) unless told otherwise.
+    const std::uint64_t per_epoch = (shard_rows(index) + s_.batch - 1) / s_.batch;
+    sc.total_steps = s_.steps ? s_.steps : static_cast<std::uint64_t>(std::ceil(s_.epochs * static_cast<double>(per_epoch)));
+  }
+  return sc;
 }
 
 EvalResult Workload::evaluate(std::span<const float> params) {

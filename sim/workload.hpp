@@ -22,6 +22,7 @@
 
 #include "core/dataset.hpp"
 #include "core/model.hpp"
+#include "core/optimizer.hpp"
 #include "core/rng.hpp"
 #include "sim/scenario.hpp"
 
@@ -41,6 +42,10 @@ class PeerModel {
   // step count, as the daemon does (Trainer::adopt_step: the schedule and --steps count from
   // it; epochs still count this peer's own samples).
   virtual void adopt_step(std::uint64_t step) = 0;
+  // The gradient of the last compute_gradient(), to read and replace before apply_gradient()
+  // (the synchronous baselines, sim/algorithms.hpp). In double: the quadratic keeps it so.
+  virtual void get_gradient(std::vector<double>& g) const = 0;
+  virtual void set_gradient(std::span<const double> g) = 0;
 };
 
 class Workload {
@@ -68,6 +73,10 @@ class Workload {
   const std::vector<double>& curvature() const { return h_; }
   // Rows each shard has (0 for the quadratic), for steps-per-epoch arithmetic.
   std::size_t shard_rows(std::uint32_t index) const;
+  // The peers' optimizer and schedule (peer `index`'s), for an optimizer outside a PeerModel
+  // (a parameter server's). The quadratic's peers run plain SGD: sgd without momentum.
+  OptimizerConfig optimizer_config() const;
+  ScheduleConfig schedule_config(std::uint32_t index) const;
 
  private:
   const Scenario& s_;

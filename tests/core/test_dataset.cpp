@@ -436,9 +436,39 @@ TEST_CASE("dataset: label skew grows as the dirichlet alpha falls") {
   CHECK(a01 > 0.5);  // most of a shard is one class
 }
 
+TEST_CASE("dataset: labels:K shards hold exactly K classes, every class held, disjoint and covering") {
+  const Dataset d = labelled(3000, 10);
+  for (int k : {1, 2, 3, 5, 10}) {
+    for (int n : {10, 16, 64}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      const auto parts = partition_rows(d, n, Partition::parse("labels:" + std::to_string(k)), 5);
+      REQUIRE(parts.size() == static_cast<std::size_t>(n));
+      check_cover(parts, d.rows);
+      std::vector<int> holders(10, 0);
+      for (const auto& part : parts) {
+        std::vector<int> seen(10, 0);
+        for (auto r : part) seen[static_cast<std::size_t>(d.labels[r])] = 1;
+        int classes = 0;
+        for (int c = 0; c < 10; ++c) {
+          classes += seen[static_cast<std::size_t>(c)];
+          holders[static_cast<std::size_t>(c)] += seen[static_cast<std::size_t>(c)];
+        }
+        CHECK(classes == k);
+      }
+      for (int h : holders) CHECK(h >= 1);
+    }
+  }
+  CHECK(Partition::parse("labels:2").str() == "labels:2");
+  CHECK_THROWS_AS(Partition::parse("labels:0"), DataError);
+  CHECK_THROWS_AS(Partition::parse("labels:x"), DataError);
+  // Too few slots for the classes: 3 shards of 2 labels cannot hold 10 classes.
+  CHECK_THROWS_AS(partition_rows(d, 3, Partition::parse("labels:2"), 5), DataError);
+}
+
 TEST_CASE("dataset: partitions depend only on the seed") {
   const Dataset d = labelled(600, 5);
-  for (const char* spec : {"iid", "dirichlet:0.5"}) {
+  for (const char* spec : {"iid", "dirichlet:0.5", "labels:2"}) {
     const Partition p = Partition::parse(spec);
     CAPTURE(spec);
     CHECK(partition_rows(d, 4, p, 9) == partition_rows(d, 4, p, 9));
@@ -475,7 +505,7 @@ TEST_CASE("dataset: Partition::parse and ShardSpec::parse") {
     CAPTURE(bad);
     const std::string e = error_of([&] { Partition::parse(bad); });
     CHECK(contains(e, "bad --partition '" + std::string(bad) + "'"));
-    CHECK(contains(e, "expected 'iid' or 'dirichlet:ALPHA'"));
+    CHECK(contains(e, "expected 'iid', 'dirichlet:ALPHA'"));
   }
 
   const ShardSpec s = ShardSpec::parse("3/8");

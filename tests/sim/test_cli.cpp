@@ -76,3 +76,30 @@ TEST_CASE("cli: separate runs give byte-identical files, a bad scenario exits 2 
   CHECK(slurp(kDir + "/bad2.log").find("--set #1") != std::string::npos);
   CHECK(run("--no-such-flag", kDir + "/bad3.log") == 2);
 }
+
+TEST_CASE("cli: a sweep writes its tables and prints the summary, a bad combination exits 2 and writes nothing") {
+  if (!fs::exists(kSim)) {
+    MESSAGE("rumor-sim is not built (" << kSim << "): skipped");
+    return;
+  }
+  fs::create_directories(kDir);
+  const std::string grid = std::string(kScenario).substr(0, std::string(kScenario).find("[churn]")) +
+                           "[workload]\noptimizer = sgd\nlr = 0.1\n[sweep]\nalgorithm = allreduce, dpsgd+topology=ring\nseeds = 1,2\n"
+                           "target = 0.3\n";
+  { std::ofstream(kDir + "/grid.ini") << grid; }
+  fs::remove_all(kDir + "/sweep");
+  REQUIRE(run(kDir + "/grid.ini --out " + kDir + "/sweep", kDir + "/sweep.log") == 0);
+  const std::string printed = slurp(kDir + "/sweep.log");
+  CHECK(printed.find("| allreduce | 2 | 2 |") != std::string::npos);  // the markdown table, both seeds reached
+  CHECK(printed.find("sweep of 4 runs") != std::string::npos);
+  for (const char* f : {"sweep.csv", "runs.csv", "summary.csv", "summary.md", "runs/003/summary.json"}) {
+    INFO(f);
+    CHECK(fs::exists(kDir + "/sweep/" + f));
+  }
+  CHECK(slurp(kDir + "/sweep/runs/003/summary.json").find("\"algorithm\": \"dpsgd\"") != std::string::npos);
+  // dpsgd on a hypercube of 5 does not exist: refused before anything runs.
+  fs::remove_all(kDir + "/sweep_bad");
+  CHECK(run(kDir + "/grid.ini --set sweep.topology=ring,hypercube --out " + kDir + "/sweep_bad", kDir + "/sweep_bad.log") == 2);
+  CHECK(slurp(kDir + "/sweep_bad.log").find("hypercube") != std::string::npos);
+  CHECK(!fs::exists(kDir + "/sweep_bad"));
+}
