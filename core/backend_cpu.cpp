@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -66,8 +67,17 @@ void CpuBackend::relu_backward(float* pd, const float* a, std::size_t n) {
 }
 
 void CpuBackend::column_sum(const float* d, std::size_t rows, std::size_t cols, float* out) {
+  // Eigen picks its summation order from the alignment it knows of: a source known to be
+  // aligned (as the models' own matrices were before this interface, and as Buffers are) is
+  // summed exactly as then. The order also depends on where `out` falls (its unaligned head is
+  // summed in scalar), so bias gradients are reproducible for a given buffer layout, not
+  // across arbitrary addresses.
   MapVec gb(out, static_cast<Eigen::Index>(cols));
-  gb.noalias() = MapConstMat(d, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)).colwise().sum();
+  const auto R = static_cast<Eigen::Index>(rows), C = static_cast<Eigen::Index>(cols);
+  if (reinterpret_cast<std::uintptr_t>(d) % EIGEN_MAX_ALIGN_BYTES == 0)
+    gb.noalias() = Eigen::Map<const RowMat, Eigen::AlignedMax>(d, R, C).colwise().sum();
+  else
+    gb.noalias() = MapConstMat(d, R, C).colwise().sum();
 }
 
 double CpuBackend::softmax_cross_entropy(const float* out, const std::int32_t* labels, std::size_t rows,

@@ -364,7 +364,7 @@ int device_count(std::string* why) {
 std::shared_ptr<Backend> make_cuda_backend(int index) {
   std::string why;
   const int n = device_count(&why);
-  if (n <= 0) throw NoDevice("no CUDA device found (" + why + ")");
+  if (n <= 0) throw NoDevice("no CUDA device found (cudaGetDeviceCount: " + why + "); use --device cpu");
   if (index < 0 || index >= n)
     throw NoDevice("CUDA device " + std::to_string(index) + " not found: this machine has " + std::to_string(n) +
                    " (cuda:0" + (n > 1 ? "..cuda:" + std::to_string(n - 1) : std::string()) + ")");
