@@ -16,6 +16,14 @@ source "$here/examples/setup.sh"
 rumor_install_packages
 rumor_build "$build" ${RUMOR_CMAKE_ARGS:-}
 
+# RUMOR_CUDA=AUTO (the default) builds the CUDA backend, test_gpu and bench_gpu wherever nvcc
+# exists, so they always compile and link; without a GPU their tests report themselves skipped.
+if [ -f "$build/gpu/librumor_gpu.a" ]; then
+  echo "== CUDA backend built (gpu/); GPU tests run where a device is, and are skipped elsewhere"
+else
+  echo "== CUDA backend not built (no nvcc found, or RUMOR_CUDA=OFF)"
+fi
+
 echo "== core purity check"
 bash "$here/.ci/check-core-purity"
 # ctest splits test names at ';' (a CMake list), so such a test would silently run nothing.
@@ -39,7 +47,8 @@ if [ "$sanitize" != 0 ]; then
   command -v ninja >/dev/null && gen=(-G Ninja)
   echo "== sanitizers: building the tests with ASan + UBSan in $asan"
   if [ ! -f "$asan/CMakeCache.txt" ]; then
-    cmake -S "$here" -B "$asan" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRUMOR_SANITIZE=ON -DRUMOR_BENCH=OFF >/dev/null
+    cmake -S "$here" -B "$asan" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRUMOR_SANITIZE=ON -DRUMOR_BENCH=OFF \
+      -DRUMOR_CUDA=OFF >/dev/null
   fi
   asan_targets=(test_core test_net)
   [ "$sanitize" = full ] && asan_targets+=(test_peer rumor-peer rumor-evil-peer)
@@ -66,7 +75,7 @@ if [ "$fuzz_seconds" != 0 ]; then
     echo "== fuzzing: building the targets with clang in $fz"
     if [ ! -f "$fz/CMakeCache.txt" ]; then
       cmake -S "$here" -B "$fz" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DRUMOR_FUZZ=ON \
-        -DRUMOR_TESTS=OFF -DRUMOR_BENCH=OFF >/dev/null
+        -DRUMOR_TESTS=OFF -DRUMOR_BENCH=OFF -DRUMOR_CUDA=OFF >/dev/null
     fi
     targets=(frame handshake messages codecs gossip)
     cmake --build "$fz" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
