@@ -64,6 +64,7 @@ stage "mixed 2-peer run (examples/mixed.sh, 2 epochs)" 180 mixed.txt \
   grep -h "^gpu_device\|^cpu_threads\|_samples_per_s\|_over_\|_us " "$out"/bench_gpu_t1.txt "$out"/bench_gpu_tN.txt 2>/dev/null
   grep -h "test cases:\|assertions:" "$out"/test_gpu.txt "$out"/test_backend.txt "$out"/test_peer_gpu.txt 2>/dev/null
   grep -h "done:" "$out"/mixed/*.log 2>/dev/null
+  grep -h "SKIPPED\|no CUDA device" "$out"/*.txt "$out"/mixed/*.log 2>/dev/null | sort | uniq -c
   if [ ${#failed[@]} -eq 0 ]; then echo "all stages passed"; else printf 'FAILED: %s\n' "${failed[@]}"; fi
 } > "$out/summary.txt"
 echo "== summary ($out/summary.txt)"

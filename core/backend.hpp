@@ -123,6 +123,57 @@ class CpuBackend final : public Backend {
 
 std::shared_ptr<Backend> make_cpu_backend();
 
+// The CPU's math behind a device's memory model: its own buffers, every transfer a copy, and
+// host_memory() false, so a Trainer or Model on it takes the device path (resident state, the
+// host mirror of the parameters, params_written()) on any machine. For tests, and for
+// `rumor-peer --device emulated`, which runs a GPU peer's data flow without a GPU.
+class EmulatedDevice final : public Backend {
+ public:
+  std::string name() const override { return "emulated"; }
+  bool host_memory() const override { return false; }
+  void* allocate(std::size_t bytes) override { return cpu_.allocate(bytes); }
+  void deallocate(void* p) noexcept override { cpu_.deallocate(p); }
+  void* allocate_host(std::size_t bytes) override { return cpu_.allocate(bytes); }
+  void deallocate_host(void* p) noexcept override { cpu_.deallocate(p); }
+  void upload(void* dst, const void* src, std::size_t bytes) override;
+  void download(void* dst, const void* src, std::size_t bytes) override;
+  void synchronize() override {}
+  void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const float* a, const float* b,
+            float* c) override {
+    cpu_.gemm(ta, tb, m, n, k, a, b, c);
+  }
+  void bias_activation(float* z, const float* b, std::size_t r, std::size_t c, bool relu) override {
+    cpu_.bias_activation(z, b, r, c, relu);
+  }
+  void relu_backward(float* d, const float* a, std::size_t n) override { cpu_.relu_backward(d, a, n); }
+  void column_sum(const float* d, std::size_t r, std::size_t c, float* o) override { cpu_.column_sum(d, r, c, o); }
+  double softmax_cross_entropy(const float* z, const std::int32_t* y, std::size_t r, std::size_t c,
+                               float* d) override {
+    return cpu_.softmax_cross_entropy(z, y, r, c, d);
+  }
+  double squared_error(const float* z, const float* t, std::size_t r, std::size_t c, float* d) override {
+    return cpu_.squared_error(z, t, r, c, d);
+  }
+  void gather_rows(const float* s, const std::int32_t* i, std::size_t r, std::size_t d, float* o) override {
+    cpu_.gather_rows(s, i, r, d, o);
+  }
+  void gather_labels(const std::int32_t* s, const std::int32_t* i, std::size_t r, std::int32_t* o) override {
+    cpu_.gather_labels(s, i, r, o);
+  }
+  void sgd_update(float* p, const float* g, float* v, std::size_t n, const SgdUpdate& u) override {
+    cpu_.sgd_update(p, g, v, n, u);
+  }
+  void adam_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamUpdate& u) override {
+    cpu_.adam_update(p, g, m, v, n, u);
+  }
+  void mix(float* x, const float* m, const float* s, std::size_t n, float w) override { cpu_.mix(x, m, s, n, w); }
+
+  std::size_t uploaded_bytes = 0, downloaded_bytes = 0;  // what crossed "the bus"
+
+ private:
+  CpuBackend cpu_;
+};
+
 // n values of T in a backend's memory (RAII, move-only). Grows with reserve(); never shrinks.
 template <class T>
 class Buffer {

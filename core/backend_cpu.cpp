@@ -169,4 +169,13 @@ void CpuBackend::mix(float* x, const float* m, const float* snap, std::size_t n,
 
 std::shared_ptr<Backend> make_cpu_backend() { return std::make_shared<CpuBackend>(); }
 
+void EmulatedDevice::upload(void* dst, const void* src, std::size_t bytes) {
+  uploaded_bytes += bytes;
+  std::memcpy(dst, src, bytes);
+}
+void EmulatedDevice::download(void* dst, const void* src, std::size_t bytes) {
+  downloaded_bytes += bytes;
+  std::memcpy(dst, src, bytes);
+}
+
 }  // namespace rumor

@@ -9,7 +9,8 @@
 # Environment: EPOCHS (2), GPU_DEVICE (cuda), CPU_THREADS (1), BUILD (build; configured with
 #   the CUDA backend where nvcc exists), EXTRA ("": more rumor-peer flags for both),
 #   NO_SETUP (1: skip package installation and the build, use BUILD as it is).
-# Needs a GPU: without one the GPU peer exits 1 with "no CUDA device found".
+# Needs a GPU: without one the GPU peer exits 1 with "no CUDA device found" (GPU_DEVICE=emulated
+# runs the same flow with the CPU standing in for the GPU).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$here/examples/setup.sh"

@@ -119,11 +119,12 @@ ParseResult parse_command_line(int argc, char** argv) {
 
   auto* g_dev = "Compute";
   app.add_option("--device", c.device,
-                 "Where the math runs: cpu (Eigen), or cuda / cuda:N (GPU N, in builds with the CUDA backend)")
+                 "Where the math runs: cpu (Eigen), or cuda / cuda:N (GPU N, in builds with the CUDA backend); "
+                 "emulated: the CPU's math through a GPU peer's data flow (separate memory, copies), for tests")
       ->group(g_dev)
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            if (v == "cpu" || v == "cuda") return {};
+            if (v == "cpu" || v == "cuda" || v == "emulated") return {};
             if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.size() <= 8 &&
                 v.find_first_not_of("0123456789", 5) == std::string::npos)
               return {};

@@ -114,9 +114,10 @@ class DaemonEnv final : public Env {
 
 std::string bounded_str(double tau) { return std::isfinite(tau) ? std::to_string(static_cast<long long>(tau)) : "inf"; }
 
-// --device cpu | cuda | cuda:N (the flag's form is checked in config.cpp). Null = the CPU.
+// --device cpu | cuda | cuda:N | emulated (the flag's form is checked in config.cpp). Null = the CPU.
 std::shared_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return nullptr;
+  if (device == "emulated") return std::make_shared<EmulatedDevice>();  // a GPU peer's data flow, on the CPU
   const int index = device.size() > 5 ? std::stoi(device.substr(5)) : 0;
 #ifdef RUMOR_HAVE_CUDA
   return gpu::make_cuda_backend(index);  // gpu::NoDevice (exit 1) when there is none
@@ -243,7 +244,8 @@ int Daemon::run() {
                                                       cfg_.tls_ca));
   metrics.write("start", {{"peer", self_id},
                           {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-                          {"t_offset", metrics.elapsed()}});
+                          {"t_offset", metrics.elapsed()},
+                          {"device", trainer.backend().name()}});
   log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.local_steps, cfg_.codec,
              bounded_str(cfg_.staleness), cfg_.mix_weight,
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());

@@ -121,61 +121,6 @@ double reference_loss_and_grad(const std::vector<std::size_t>& widths, bool ce, 
   return loss / static_cast<double>(rows);
 }
 
-// A "device" on the CPU: its own memory (every buffer copied in and out), the CPU's math.
-class EmulatedDevice final : public Backend {
- public:
-  std::string name() const override { return "emulated-device"; }
-  bool host_memory() const override { return false; }
-  void* allocate(std::size_t b) override {
-    ++allocations;
-    return cpu.allocate(b);
-  }
-  void deallocate(void* p) noexcept override { cpu.deallocate(p); }
-  void* allocate_host(std::size_t b) override { return cpu.allocate(b); }
-  void deallocate_host(void* p) noexcept override { cpu.deallocate(p); }
-  void upload(void* d, const void* s, std::size_t b) override {
-    uploaded += b;
-    std::memcpy(d, s, b);
-  }
-  void download(void* d, const void* s, std::size_t b) override {
-    downloaded += b;
-    std::memcpy(d, s, b);
-  }
-  void synchronize() override {}
-  void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const float* a, const float* b,
-            float* c) override {
-    cpu.gemm(ta, tb, m, n, k, a, b, c);
-  }
-  void bias_activation(float* z, const float* b, std::size_t r, std::size_t c, bool relu) override {
-    cpu.bias_activation(z, b, r, c, relu);
-  }
-  void relu_backward(float* d, const float* a, std::size_t n) override { cpu.relu_backward(d, a, n); }
-  void column_sum(const float* d, std::size_t r, std::size_t c, float* o) override { cpu.column_sum(d, r, c, o); }
-  double softmax_cross_entropy(const float* z, const std::int32_t* y, std::size_t r, std::size_t c,
-                               float* d) override {
-    return cpu.softmax_cross_entropy(z, y, r, c, d);
-  }
-  double squared_error(const float* z, const float* t, std::size_t r, std::size_t c, float* d) override {
-    return cpu.squared_error(z, t, r, c, d);
-  }
-  void gather_rows(const float* s, const std::int32_t* i, std::size_t r, std::size_t d, float* o) override {
-    cpu.gather_rows(s, i, r, d, o);
-  }
-  void gather_labels(const std::int32_t* s, const std::int32_t* i, std::size_t r, std::int32_t* o) override {
-    cpu.gather_labels(s, i, r, o);
-  }
-  void sgd_update(float* p, const float* g, float* v, std::size_t n, const SgdUpdate& u) override {
-    cpu.sgd_update(p, g, v, n, u);
-  }
-  void adam_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamUpdate& u) override {
-    cpu.adam_update(p, g, m, v, n, u);
-  }
-  void mix(float* x, const float* m, const float* s, std::size_t n, float w) override { cpu.mix(x, m, s, n, w); }
-
-  CpuBackend cpu;
-  std::size_t uploaded = 0, downloaded = 0, allocations = 0;
-};
-
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
@@ -352,11 +297,11 @@ TEST_CASE("backend: a Trainer on an emulated device takes the CPU Trainer's step
       for (float& v : t->params()) v *= 0.5f;
       t->params_written();
     }
-    const std::size_t up = dev->uploaded;
+    const std::size_t up = dev->uploaded_bytes;
     CHECK(close(cpu.evaluate(task.test).loss, gpu.evaluate(task.test).loss));
-    CHECK(dev->uploaded - up == gpu.params().size() * sizeof(float) + task.test.x.size() * sizeof(float));
+    CHECK(dev->uploaded_bytes - up == gpu.params().size() * sizeof(float) + task.test.x.size() * sizeof(float));
     CHECK(gpu.evaluate(task.test).loss == gpu.evaluate(task.test).loss);  // two more: no parameters to upload
-    CHECK(dev->uploaded - up == gpu.params().size() * sizeof(float) + 3 * task.test.x.size() * sizeof(float));
+    CHECK(dev->uploaded_bytes - up == gpu.params().size() * sizeof(float) + 3 * task.test.x.size() * sizeof(float));
     cpu.step();
     gpu.step();
     CHECK(rel_max_diff(gpu.params(), cpu.params()) < 1e-5);
@@ -393,7 +338,7 @@ TEST_CASE("backend: the model's host entry points stage through a device backend
   const double l2 = m_dev->loss_and_grad(p, x.data(), 8, y.data(), nullptr, g2);
   CHECK(std::abs(l1 - l2) <= 1e-6 * l1);
   CHECK(rel_max_diff(g2, g1) < 1e-6);
-  CHECK(dev->downloaded >= g2.size() * sizeof(float));
+  CHECK(dev->downloaded_bytes >= g2.size() * sizeof(float));
   y[3] = 4;  // out of range: refused before anything reaches the device
   CHECK_THROWS(m_dev->loss_and_grad(p, x.data(), 8, y.data(), nullptr, g2));
 }

@@ -78,6 +78,9 @@ TEST_CASE("cli: one peer trains on the synthetic task and writes eval and done m
   for (const char* k : {"t", "epoch", "loss", "samples_per_s", "bytes_sent", "bytes_recv", "exchanges", "peers"})
     CHECK_MESSAGE(!std::isnan(field(evals.back(), k)), k);
   CHECK(p.log().find("test_acc") != std::string::npos);
+  const auto start = metric_lines(d / "m.jsonl", "start");
+  REQUIRE(start.size() == 1);
+  CHECK(start[0].find("\"device\":\"cpu\"") != std::string::npos);
 }
 
 TEST_CASE("cli: --device cuda without a CUDA backend or a GPU fails clearly, before training") {
