@@ -120,7 +120,7 @@ TEST_CASE("gpu swarm: one GPU peer and one CPU peer train like two CPU peers") {
   const auto start = metric_lines(d2 / "m0", "start");
   REQUIRE(start.size() == 1);
   CHECK(start[0].find("\"device\":\"cuda:") != std::string::npos);
-  const double floor = fmnist ? 0.80 : 0.9;
+  const double floor = fmnist ? 0.80 : 0.75;  // two CPU peers: about 0.84 on either after 1 epoch
   for (int i = 0; i < 2; ++i) {
     INFO("cpu pair: " << cpu[i] << "\nmixed pair: " << mixed[i]);
     CHECK(field(mixed[i], "test_acc") >= floor);
