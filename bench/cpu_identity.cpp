@@ -1,5 +1,6 @@
 // Dumps model gradients (mlp:256,128, logreg, linreg at batch 1, 7, 64, 1024), optimizer steps
-// (sgd, sgd+momentum, adam, adamw) and 40-step Trainer runs (adam and sgd, batch 64 and 256) as
+// (sgd, sgd+momentum, adam, adamw), 40-step Trainer runs (adam and sgd, batch 64 and 256) and
+// a 1000-step run on Fashion-MNIST (where installed) as
 // raw bytes, through the public API that existed before and after core/backend.hpp, so that
 // bench/cpu_identity.sh can link it against two builds of rumor_core and compare the bytes.
 // Not a CMake target: the script compiles it against each build.
@@ -11,6 +12,7 @@
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
+#include "peer/data_files.hpp"
 using namespace rumor;
 static void put(FILE* f, const std::vector<float>& v) { fwrite(v.data(), 4, v.size(), f); }
 static void put(FILE* f, std::span<const float> v) { fwrite(v.data(), 4, v.size(), f); }
@@ -54,6 +56,23 @@ int main(int argc, char** argv) {
     for (int s = 0; s < 40; ++s) { double l = t.step(); fwrite(&l, 8, 1, f); }
     put(f, t.params()); put(f, t.optimizer().state());
     auto e = t.evaluate(task.test); fwrite(&e.loss, 8, 1, f); fwrite(&e.accuracy, 8, 1, f);
+  }
+  // 1000 steps on Fashion-MNIST as bench_train_throughput and rumor-peer run them (where the
+  // data is installed): the Trainer's own buffers, wherever the heap puts them.
+  FILE* probe = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
+  if (probe) {
+    fclose(probe);
+    Task fm = load_task("/usr/share/datasets/fashion-mnist");
+    auto fs = std::make_shared<const Dataset>(std::move(fm.train));
+    TrainerConfig tc;
+    tc.model = "mlp:256,128";
+    tc.schedule.base_lr = 1e-3;
+    Trainer t(tc, fs, fs->dim, 10);
+    for (int s = 0; s < 1000; ++s) {
+      double l = t.step();
+      fwrite(&l, 8, 1, f);
+    }
+    put(f, t.params());
   }
   fclose(f);
 }

@@ -12,18 +12,20 @@ Trainer::Trainer(const TrainerConfig& cfg, std::shared_ptr<const Dataset> shard,
       shard_(std::move(shard)),
       model_(make_model(cfg.model, input_dim, output_dim, cfg.backend)),
       opt_(make_optimizer(cfg.optimizer, model_->param_count())),
+      backend_(cfg.backend ? cfg.backend : make_cpu_backend()),
+      host_(backend_->host_memory()),
+      // The CPU's buffers first, in the order they always had: Eigen's bias sums depend on
+      // where the gradient lands (see core/backend_cpu.cpp), so the heap layout is kept.
+      params_(host_ ? model_->param_count() : 0),
+      grad_(host_ ? model_->param_count() : 0),
       order_(shard_->rows, cfg.batch, Rng(cfg.seed).fork(0x5EED).operator()()) {
   validate(cfg.schedule);
   if (shard_->dim != input_dim)
     throw std::invalid_argument("shard has " + std::to_string(shard_->dim) + " features, model expects " +
                                 std::to_string(input_dim));
-  backend_ = cfg.backend ? cfg.backend : make_cpu_backend();
-  host_ = backend_->host_memory();
   const std::size_t n = model_->param_count();
   Rng init(cfg.init_seed ? cfg.init_seed : cfg.seed);
   if (host_) {
-    params_.resize(n);
-    grad_.resize(n);
     host_params_ = params_;
     model_->init(params_, init);
     return;
