@@ -1,5 +1,6 @@
-// Fully connected networks on Eigen: the MLP (ReLU hidden layers), multinomial logistic
-// regression (no hidden layer) and linear regression (no hidden layer, MSE).
+// Fully connected networks: the MLP (ReLU hidden layers), multinomial logistic regression (no
+// hidden layer) and linear regression (no hidden layer, MSE), written once over the Backend
+// operations (core/backend.hpp): Eigen on the CPU by default, cuBLAS and kernels on a GPU.
 //
 // Dimensions: B batch rows, widths[0] = D input, widths[L] = C outputs; layer l maps
 // widths[l-1] -> widths[l] with W_l (widths[l-1] x widths[l], row-major) and b_l.
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/backend.hpp"
 #include "core/check.hpp"
 #include "core/dataset.hpp"
 #include "core/model.hpp"
@@ -17,17 +19,12 @@
 namespace rumor {
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapMat = Eigen::Map<RowMat>;
-using MapConstMat = Eigen::Map<const RowMat>;
-using MapConstVec = Eigen::Map<const Eigen::RowVectorXf>;
-using MapVec = Eigen::Map<Eigen::RowVectorXf>;
-
 class DenseNet final : public Model {
  public:
-  DenseNet(std::string kind, std::vector<std::size_t> widths, LossKind loss)
-      : kind_(std::move(kind)), widths_(std::move(widths)), loss_(loss) {
+  DenseNet(std::string kind, std::vector<std::size_t> widths, LossKind loss, std::shared_ptr<Backend> be)
+      : kind_(std::move(kind)), widths_(std::move(widths)), loss_(loss), be_(std::move(be)) {
     RUMOR_CHECK(widths_.size() >= 2);
+    RUMOR_CHECK(be_ != nullptr);
     std::size_t off = 0;
     for (std::size_t l = 1; l < widths_.size(); ++l) {
       const std::string n = "fc" + std::to_string(l);
@@ -42,7 +39,12 @@ class DenseNet final : public Model {
       fingerprint_ += (i ? "-" : "") + std::to_string(widths_[i]);
     fingerprint_ += loss_ == LossKind::SoftmaxCrossEntropy ? "/ce" : "/mse";
     fingerprint_ += "/p" + std::to_string(count_) + "/f32";
-    acts_.resize(widths_.size());
+    for (auto* v : {&acts_, &deltas_}) {
+      v->resize(widths_.size());
+      for (auto& b : *v) b.bind(*be_);
+    }
+    for (auto* b : {&delta_, &stage_params_, &stage_x_, &stage_targets_, &stage_grad_}) b->bind(*be_);
+    stage_labels_.bind(*be_);
   }
 
   std::size_t param_count() const override { return count_; }
@@ -51,6 +53,7 @@ class DenseNet final : public Model {
   std::size_t input_dim() const override { return widths_.front(); }
   std::size_t output_dim() const override { return widths_.back(); }
   LossKind loss_kind() const override { return loss_; }
+  Backend& backend() override { return *be_; }
 
   void init(std::span<float> params, Rng& rng) const override {
     RUMOR_CHECK(params.size() == count_);
@@ -75,35 +78,49 @@ class DenseNet final : public Model {
                        std::span<float> grad) override {
     RUMOR_CHECK(params.size() == count_ && grad.size() == count_);
     RUMOR_CHECK(rows > 0);
+    if (be_->host_memory()) return loss_and_grad_on_backend(params.data(), x, rows, labels, targets, grad.data());
+    // A device backend: stage the host data through its memory (tests and tools; the Trainer
+    // keeps everything resident instead).
+    stage_params_.upload(params);
+    stage_x_.upload({x, rows * input_dim()});
+    if (loss_ == LossKind::SoftmaxCrossEntropy) {
+      check_labels(labels, rows);
+      stage_labels_.upload({labels, rows});
+    } else {
+      stage_targets_.upload({targets, rows * output_dim()});
+    }
+    stage_grad_.reserve(count_);
+    const double loss = loss_and_grad_on_backend(stage_params_.data(), stage_x_.data(), rows, stage_labels_.data(),
+                                                 stage_targets_.data(), stage_grad_.data());
+    stage_grad_.download(grad);
+    return loss;
+  }
+
+  double loss_and_grad_on_backend(const float* params, const float* x, std::size_t rows,
+                                  const std::int32_t* labels, const float* targets, float* grad) override {
+    RUMOR_CHECK(rows > 0);
     forward(params, x, rows);
     const std::size_t L = widths_.size() - 1;
-    RowMat& out = acts_[L];
     // dL/dZ_L into `delta_` (B x C), and the mean loss.
-    const double loss = output_delta(out, rows, labels, targets);
+    const std::size_t C = output_dim();
+    delta_.reserve(rows * C);
+    const double loss = loss_ == LossKind::SoftmaxCrossEntropy
+                            ? be_->softmax_cross_entropy(acts_[L].data(), labels, rows, C, delta_.data())
+                            : be_->squared_error(acts_[L].data(), targets, rows, C, delta_.data());
     // Backward through the layers.
     for (std::size_t l = L; l >= 1; --l) {
       const LayerView& w = layers_[2 * (l - 1)];
       const LayerView& b = layers_[2 * (l - 1) + 1];
-      RowMat& d = (l == L) ? delta_ : deltas_[l];
-      MapMat gw(grad.data() + w.offset, w.rows, w.cols);
-      MapVec gb(grad.data() + b.offset, w.cols);
-      if (l == 1) {
-        MapConstMat xin(x, rows, widths_[0]);
-        gw.noalias() = xin.transpose() * d;
-      } else {
-        gw.noalias() = acts_[l - 1].transpose() * d;
-      }
-      gb.noalias() = d.colwise().sum();
+      const float* d = (l == L) ? delta_.data() : deltas_[l].data();
+      const float* in = l == 1 ? x : acts_[l - 1].data();
+      be_->gemm(true, false, w.rows, w.cols, rows, in, d, grad + w.offset);  // in^T d
+      be_->column_sum(d, rows, w.cols, grad + b.offset);
       if (l > 1) {
-        MapConstMat wm(params.data() + w.offset, w.rows, w.cols);
-        RowMat& dp = deltas_[l - 1];
-        dp.resize(rows, w.rows);
-        dp.noalias() = d * wm.transpose();
+        Buffer<float>& dp = deltas_[l - 1];
+        dp.reserve(rows * w.rows);
+        be_->gemm(false, true, rows, w.rows, w.cols, d, params + w.offset, dp.data());  // d W^T
         // ReLU derivative from the activation.
-        const float* a = acts_[l - 1].data();
-        float* pd = dp.data();
-        const std::size_t n = dp.size();
-        for (std::size_t i = 0; i < n; ++i) pd[i] = a[i] > 0.0f ? pd[i] : 0.0f;
+        be_->relu_backward(dp.data(), acts_[l - 1].data(), rows * w.rows);
       }
     }
     return loss;
@@ -111,18 +128,35 @@ class DenseNet final : public Model {
 
   EvalResult evaluate(std::span<const float> params, const Dataset& d) override {
     RUMOR_CHECK(params.size() == count_);
+    if (be_->host_memory()) return evaluate_on_backend(params.data(), d);
+    stage_params_.upload(params);
+    return evaluate_on_backend(stage_params_.data(), d);
+  }
+
+  EvalResult evaluate_on_backend(const float* params, const Dataset& d) override {
     RUMOR_CHECK(d.dim == input_dim(), "data set width does not match the model");
     EvalResult r;
     const std::size_t chunk = 1024;
     double loss_sum = 0;
     std::size_t correct = 0;
+    const bool host = be_->host_memory();
+    const std::size_t C = output_dim();
     for (std::size_t s = 0; s < d.rows; s += chunk) {
       const std::size_t n = std::min(chunk, d.rows - s);
-      forward(params, d.x.data() + s * d.dim, n);
-      const RowMat& out = acts_.back();
-      const std::size_t C = output_dim();
+      const float* xs = d.x.data() + s * d.dim;
+      if (!host) {
+        stage_x_.upload({xs, n * d.dim});
+        xs = stage_x_.data();
+      }
+      forward(params, xs, n);
+      const float* out = acts_.back().data();
+      if (!host) {
+        logits_.resize(n * C);
+        be_->download(logits_.data(), out, n * C * sizeof(float));
+        out = logits_.data();
+      }
       for (std::size_t i = 0; i < n; ++i) {
-        const float* z = out.data() + i * C;
+        const float* z = out + i * C;
         if (loss_ == LossKind::SoftmaxCrossEntropy) {
           const std::int32_t y = d.labels[s + i];
           const float m = *std::max_element(z, z + C);
@@ -148,80 +182,38 @@ class DenseNet final : public Model {
   }
 
  private:
-  void forward(std::span<const float> params, const float* x, std::size_t rows) {
+  void check_labels(const std::int32_t* labels, std::size_t rows) const {
+    for (std::size_t i = 0; i < rows; ++i)
+      RUMOR_CHECK(labels[i] >= 0 && static_cast<std::size_t>(labels[i]) < output_dim(), "label out of range");
+  }
+
+  void forward(const float* params, const float* x, std::size_t rows) {
     const std::size_t L = widths_.size() - 1;
     for (std::size_t l = 1; l <= L; ++l) {
       const LayerView& w = layers_[2 * (l - 1)];
       const LayerView& b = layers_[2 * (l - 1) + 1];
-      MapConstMat wm(params.data() + w.offset, w.rows, w.cols);
-      MapConstVec bv(params.data() + b.offset, w.cols);
-      RowMat& a = acts_[l];
-      a.resize(rows, w.cols);
-      if (l == 1) {
-        MapConstMat xin(x, rows, widths_[0]);
-        a.noalias() = xin * wm;
-      } else {
-        a.noalias() = acts_[l - 1] * wm;
-      }
-      // Bias, then ReLU on hidden layers, fused in one pass.
-      float* pa = a.data();
-      const float* pb = bv.data();
-      const std::size_t C = w.cols;
-      const bool relu = l < L;
-      for (std::size_t i = 0; i < rows; ++i) {
-        float* row = pa + i * C;
-        if (relu)
-          for (std::size_t c = 0; c < C; ++c) row[c] = std::max(row[c] + pb[c], 0.0f);
-        else
-          for (std::size_t c = 0; c < C; ++c) row[c] += pb[c];
-      }
+      Buffer<float>& a = acts_[l];
+      a.reserve(rows * w.cols);
+      be_->gemm(false, false, rows, w.cols, w.rows, l == 1 ? x : acts_[l - 1].data(), params + w.offset, a.data());
+      be_->bias_activation(a.data(), params + b.offset, rows, w.cols, l < L);
     }
-  }
-
-  // Writes dLoss/dOutput (already divided by B) into delta_ and returns the mean loss.
-  double output_delta(const RowMat& out, std::size_t rows, const std::int32_t* labels,
-                      const float* targets) {
-    const std::size_t C = output_dim();
-    delta_.resize(rows, C);
-    const float inv_b = 1.0f / static_cast<float>(rows);
-    double loss = 0;
-    for (std::size_t i = 0; i < rows; ++i) {
-      const float* z = out.data() + i * C;
-      float* g = delta_.data() + i * C;
-      if (loss_ == LossKind::SoftmaxCrossEntropy) {
-        const std::int32_t y = labels[i];
-        RUMOR_CHECK(y >= 0 && static_cast<std::size_t>(y) < C, "label out of range");
-        const float m = *std::max_element(z, z + C);
-        float se = 0;
-        for (std::size_t c = 0; c < C; ++c) {
-          g[c] = std::exp(z[c] - m);
-          se += g[c];
-        }
-        const float inv = 1.0f / se;
-        for (std::size_t c = 0; c < C; ++c) g[c] *= inv * inv_b;
-        g[y] -= inv_b;
-        loss += std::log(static_cast<double>(se)) - static_cast<double>(z[y] - m);
-      } else {
-        const float* t = targets + i * C;
-        for (std::size_t c = 0; c < C; ++c) {
-          const float e = z[c] - t[c];
-          g[c] = e * inv_b;
-          loss += 0.5 * static_cast<double>(e) * e;
-        }
-      }
-    }
-    return loss / static_cast<double>(rows);
   }
 
   std::string kind_;
   std::vector<std::size_t> widths_;
   LossKind loss_;
+  std::shared_ptr<Backend> be_;
   std::vector<LayerView> layers_;
   std::size_t count_ = 0;
   std::string fingerprint_;
-  std::vector<RowMat> acts_;    // acts_[l] = output of layer l (acts_[0] unused: input is x)
-  RowMat delta_;                // dL/dZ of the output layer
-  std::vector<RowMat> deltas_ = std::vector<RowMat>(16);  // dL/dZ of hidden layer l
+  // In the backend's memory: activations acts_[l] = output of layer l (acts_[0] unused: the
+  // input is x), dL/dZ of the output layer (delta_) and of hidden layer l (deltas_[l]).
+  std::vector<Buffer<float>> acts_, deltas_;
+  Buffer<float> delta_;
+  // Device backends only: host data staged for the host-memory entry points.
+  Buffer<float> stage_params_, stage_x_, stage_targets_, stage_grad_;
+  Buffer<std::int32_t> stage_labels_;
+  std::vector<float> logits_;  // evaluation's outputs, downloaded
 };
 
 std::vector<std::size_t> parse_widths(const std::string& s, const std::string& spec) {
@@ -252,19 +244,20 @@ std::vector<std::size_t> parse_widths(const std::string& s, const std::string& s
 }  // namespace
 
 std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,
-                                  std::size_t output_dim) {
+                                  std::size_t output_dim, std::shared_ptr<Backend> backend) {
+  if (!backend) backend = make_cpu_backend();
   if (input_dim == 0 || output_dim == 0) throw std::invalid_argument("model needs non-empty input and output");
   if (spec == "logreg")
     return std::make_unique<DenseNet>("logreg", std::vector<std::size_t>{input_dim, output_dim},
-                                      LossKind::SoftmaxCrossEntropy);
+                                      LossKind::SoftmaxCrossEntropy, backend);
   if (spec == "linreg")
     return std::make_unique<DenseNet>("linreg", std::vector<std::size_t>{input_dim, output_dim},
-                                      LossKind::MeanSquaredError);
+                                      LossKind::MeanSquaredError, backend);
   if (spec.rfind("mlp:", 0) == 0) {
     std::vector<std::size_t> w{input_dim};
     for (auto h : parse_widths(spec.substr(4), spec)) w.push_back(h);
     w.push_back(output_dim);
-    return std::make_unique<DenseNet>("mlp", std::move(w), LossKind::SoftmaxCrossEntropy);
+    return std::make_unique<DenseNet>("mlp", std::move(w), LossKind::SoftmaxCrossEntropy, backend);
   }
   throw std::invalid_argument("bad --model '" + spec + "': expected mlp:W1[,W2...], logreg or linreg");
 }

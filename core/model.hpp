@@ -7,7 +7,8 @@
 // C = outputs (classes, or regression targets).  Row-major throughout: X is B x D, layer l has
 // W_l (in x out) then b_l (out); the layer computes Y = X W + b.
 //
-// Not thread-safe: a Model keeps activation workspaces between forward and backward.
+// Not thread-safe: a Model keeps activation workspaces between forward and backward. The math
+// goes through a Backend (core/backend.hpp): Eigen on the CPU unless another is given.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 namespace rumor {
 
 struct Dataset;
+class Backend;
 
 struct LayerView {
   std::string name;       // "fc1.weight", "fc1.bias", ...
@@ -58,12 +60,23 @@ class Model {
                                std::span<float> grad) = 0;
   // Loss and accuracy over a whole data set, in chunks.
   virtual EvalResult evaluate(std::span<const float> params, const Dataset& d) = 0;
+
+  // The backend the math runs on (core/backend.hpp). The two calls above take host memory on
+  // any backend (a device backend stages it: convenient, not fast); the two below take
+  // params, x, labels, targets and grad in the backend's memory, for a caller that keeps them
+  // resident there (Trainer). Labels must be in [0, output_dim()) (checked on the CPU only).
+  virtual Backend& backend() = 0;
+  virtual double loss_and_grad_on_backend(const float* params, const float* x, std::size_t rows,
+                                          const std::int32_t* labels, const float* targets, float* grad) = 0;
+  // params in the backend's memory; the data set on the host (uploaded in chunks).
+  virtual EvalResult evaluate_on_backend(const float* params, const Dataset& d) = 0;
 };
 
 // "mlp:256,128" (hidden widths), "logreg" (no hidden layer, softmax), "linreg" (no hidden
 // layer, mean squared error). Throws std::invalid_argument naming the accepted forms.
+// `backend`: where the math runs; null = a CpuBackend (Eigen).
 std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,
-                                  std::size_t output_dim);
+                                  std::size_t output_dim, std::shared_ptr<Backend> backend = nullptr);
 
 }  // namespace rumor
 

@@ -1,7 +1,10 @@
 // SGD (momentum, Nesterov, L2 weight decay), Adam (L2) and AdamW (decoupled weight decay), and
-// the learning-rate schedules. Loops are written over raw pointers so the compiler vectorises
-// them; the update is memory-bound, so it is one pass over params, grad and state.
+// the learning-rate schedules. The optimizer works out the update's coefficients on the host;
+// the pass over params, grad and state (memory-bound, one pass) is the backend's
+// (core/backend_cpu.cpp on the CPU, a CUDA kernel on a GPU).
 #include "core/optimizer.hpp"
+
+#include "core/backend.hpp"
 
 #include <cmath>
 #include <numbers>
@@ -17,6 +20,11 @@ void Optimizer::set_state(std::span<const float> state, std::uint64_t steps) {
   steps_ = steps;
 }
 
+void Optimizer::step(std::span<float> params, std::span<const float> grad, double lr) {
+  CpuBackend cpu;  // stateless: the host loops
+  step(cpu, params.data(), grad.data(), state_.data(), lr);
+}
+
 namespace {
 
 class Sgd final : public Optimizer {
@@ -25,30 +33,14 @@ class Sgd final : public Optimizer {
     if (c.momentum != 0.0) state_.assign(n, 0.0f);
   }
   std::string name() const override { return c_.nesterov ? "sgd-nesterov" : "sgd"; }
-  void step(std::span<float> params, std::span<const float> grad, double lr) override {
-    float* __restrict p = params.data();
-    const float* __restrict g = grad.data();
-    const float wd = static_cast<float>(c_.weight_decay), mu = static_cast<float>(c_.momentum);
-    const float a = static_cast<float>(lr);
-    if (state_.empty()) {
-      for (std::size_t i = 0; i < n_; ++i) p[i] -= a * (g[i] + wd * p[i]);
-    } else {
-      // PyTorch convention: v <- mu v + g;  p <- p - lr v  (Nesterov: p <- p - lr (g + mu v)).
-      float* __restrict v = state_.data();
-      if (c_.nesterov) {
-        for (std::size_t i = 0; i < n_; ++i) {
-          const float gi = g[i] + wd * p[i];
-          v[i] = mu * v[i] + gi;
-          p[i] -= a * (gi + mu * v[i]);
-        }
-      } else {
-        for (std::size_t i = 0; i < n_; ++i) {
-          const float gi = g[i] + wd * p[i];
-          v[i] = mu * v[i] + gi;
-          p[i] -= a * v[i];
-        }
-      }
-    }
+  using Optimizer::step;
+  void step(Backend& be, float* params, const float* grad, float* state, double lr) override {
+    SgdUpdate u;
+    u.lr = static_cast<float>(lr);
+    u.weight_decay = static_cast<float>(c_.weight_decay);
+    u.momentum = static_cast<float>(c_.momentum);
+    u.nesterov = c_.nesterov;
+    be.sgd_update(params, grad, state_.empty() ? nullptr : state, n_, u);
     ++steps_;
   }
 
@@ -63,26 +55,22 @@ class Adam final : public Optimizer {
     state_.assign(2 * n, 0.0f);  // [m | v]
   }
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
-  void step(std::span<float> params, std::span<const float> grad, double lr) override {
+  using Optimizer::step;
+  void step(Backend& be, float* params, const float* grad, float* state, double lr) override {
     ++steps_;
     const double t = static_cast<double>(steps_);
     const double bc1 = 1.0 - std::pow(c_.beta1, t), bc2 = 1.0 - std::pow(c_.beta2, t);
     // p -= lr * mhat / (sqrt(vhat) + eps), folded: step = lr / bc1, denom = sqrt(v / bc2) + eps.
-    const float step = static_cast<float>(lr / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
-    const float eps = static_cast<float>(c_.eps), wd = static_cast<float>(c_.weight_decay);
-    const float decay = decoupled_ ? static_cast<float>(1.0 - lr * c_.weight_decay) : 1.0f;
-    float* __restrict p = params.data();
-    const float* __restrict g = grad.data();
-    float* __restrict m = state_.data();
-    float* __restrict v = state_.data() + n_;
-    for (std::size_t i = 0; i < n_; ++i) {
-      const float gi = decoupled_ ? g[i] : g[i] + wd * p[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * gi;
-      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-      p[i] = p[i] * decay - step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-    }
+    AdamUpdate u;
+    u.step = static_cast<float>(lr / bc1);
+    u.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    u.beta1 = static_cast<float>(c_.beta1);
+    u.beta2 = static_cast<float>(c_.beta2);
+    u.eps = static_cast<float>(c_.eps);
+    u.weight_decay = static_cast<float>(c_.weight_decay);
+    u.decay = decoupled_ ? static_cast<float>(1.0 - lr * c_.weight_decay) : 1.0f;
+    u.decoupled = decoupled_;
+    be.adam_update(params, grad, state, state + n_, n_, u);
   }
 
  private:

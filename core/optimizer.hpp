@@ -20,11 +20,19 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
 };
 
+class Backend;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update of `params` from `grad` at learning rate `lr`.
-  virtual void step(std::span<float> params, std::span<const float> grad, double lr) = 0;
+  // One update of `params` from `grad` at learning rate `lr`, on the host (the CPU backend's
+  // loops), with the state kept here.
+  void step(std::span<float> params, std::span<const float> grad, double lr);
+  // The same update through a backend: params, grad and `state` (state_size() floats, laid
+  // out as state()) are in its memory. The state kept here is not touched: a caller keeping
+  // it on a device copies it back with set_state() when it needs it (checkpoints).
+  virtual void step(Backend& be, float* params, const float* grad, float* state, double lr) = 0;
+  std::size_t state_size() const { return state_.size(); }
   virtual std::string name() const = 0;
   // State for checkpoints and state transfer.
   std::span<const float> state() const { return state_; }

@@ -3,12 +3,27 @@
 //
 // The daemon and the simulator both drive a Trainer one step at a time; the gossip protocol
 // reads and mixes `params()` between steps (never during one).
+//
+// Backends (core/backend.hpp). On the CPU (the default) params() is the model's own memory
+// and nothing below costs anything. On a device backend the parameters, the gradient, the
+// optimizer state and the shard are resident on the device, and params() is a host mirror in
+// the backend's fast (pinned) host memory:
+//  - the mirror is current whenever the caller holds control: after construction and after
+//    every apply_gradient() (which ends by copying the parameters device -> mirror), and
+//    between compute_gradient() and apply_gradient() (the gradient step does not change them);
+//  - whoever writes into params() (mixing, a state transfer, a resume) calls params_written();
+//    the next compute_gradient(), apply_gradient() or evaluate() then copies mirror -> device
+//    first. A write that is not announced is lost at the next step: the one rule a caller of
+//    a device Trainer must keep (the daemon calls it after handling any protocol message).
+//  - the optimizer state lives on the device; optimizer_state() copies it back for a
+//    checkpoint, set_optimizer_state() sends it there.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
@@ -22,6 +37,7 @@ struct TrainerConfig {
   std::size_t batch = 64;
   std::uint64_t seed = 1;       // batch order
   std::uint64_t init_seed = 0;  // initial parameters (0: use `seed`)
+  std::shared_ptr<Backend> backend;  // where the math runs; null = the CPU (Eigen)
 };
 
 // Where training stands: enough to resume (checkpoints) or to start from another peer's place
@@ -50,16 +66,25 @@ class Trainer {
   // the mixed parameters: the same overlap the exchange rule already accepts).
   double compute_gradient();
   void apply_gradient();
-  EvalResult evaluate(const Dataset& d) { return model_->evaluate(params_, d); }
+  EvalResult evaluate(const Dataset& d);
 
   Model& model() { return *model_; }
   const Model& model() const { return *model_; }
+  // Its name(), and steps(); its state through optimizer_state() (a device keeps the live one).
   Optimizer& optimizer() { return *opt_; }
-  std::span<float> params() { return params_; }
-  // The gradient compute_gradient() left for apply_gradient(); a caller may replace it in
-  // between (the simulator's all-reduce and parameter-server baselines average it).
-  std::span<float> gradient() { return grad_; }
-  std::span<const float> params() const { return params_; }
+  std::span<float> params() { return host_params_; }
+  std::span<const float> params() const { return host_params_; }
+  // See the top of this file: a no-op on the CPU.
+  void params_written() { params_dirty_ = !host_; }
+  // The gradient compute_gradient() left for apply_gradient(), CPU backend only (it throws on
+  // a device); a caller may replace it in between (the simulator's all-reduce and
+  // parameter-server baselines average it).
+  std::span<float> gradient();
+  std::span<const float> optimizer_state();
+  // Throws std::invalid_argument if the size does not match (nothing changed then).
+  void set_optimizer_state(std::span<const float> state, std::uint64_t steps);
+  Backend& backend() { return *backend_; }
+  bool on_device() const { return !host_; }
   const Dataset& shard() const { return *shard_; }
   const TrainerConfig& config() const { return cfg_; }
 
@@ -78,7 +103,24 @@ class Trainer {
   std::shared_ptr<const Dataset> shard_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
-  std::vector<float> params_, grad_;
+  std::shared_ptr<Backend> backend_;
+  bool host_ = true;          // the backend computes in host memory (the CPU)
+  std::vector<float> params_, grad_;  // the CPU's parameters and gradient
+  std::span<float> host_params_;      // params(): params_ on the CPU, the pinned mirror on a device
+  // Device backends only.
+  struct PinnedFloats {
+    Backend* be = nullptr;
+    float* p = nullptr;
+    ~PinnedFloats() {
+      if (be && p) be->deallocate_host(p);
+    }
+  } mirror_;
+  bool params_dirty_ = false;  // the mirror was written since the device copy
+  void sync_to_device();
+  Buffer<float> dparams_, dgrad_, dstate_, dshard_x_, dshard_t_, dx_, dt_;
+  Buffer<std::int32_t> dshard_y_, dy_, didx_;
+  std::vector<std::int32_t> idx32_;
+  std::vector<float> state_host_;
   BatchOrder order_;
   std::vector<float> bx_, bt_;
   std::vector<std::int32_t> by_;

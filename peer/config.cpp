@@ -118,7 +118,20 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_trust)->check(CLI::Range(0.0, 1e12))->capture_default_str();
 
   auto* g_dev = "Compute";
-  app.add_option("--device", c.device, "Where the math runs: cpu")->group(g_dev)->capture_default_str();
+  app.add_option("--device", c.device,
+                 "Where the math runs: cpu (Eigen), or cuda / cuda:N (GPU N, in builds with the CUDA backend); "
+                 "emulated: the CPU's math through a GPU peer's data flow (separate memory, copies), for tests")
+      ->group(g_dev)
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "cpu" || v == "cuda" || v == "emulated") return {};
+            if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.size() <= 8 &&
+                v.find_first_not_of("0123456789", 5) == std::string::npos)
+              return {};
+            return "expected cpu, cuda or cuda:N, got '" + v + "'";
+          },
+          "cpu|cuda[:N]", "device"))
+      ->capture_default_str();
   app.add_option("--threads", c.threads, "Math threads")->group(g_dev)->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--throttle", c.throttle, "Run F times slower (emulates a slower machine on one box)")
       ->group(g_dev)->check(CLI::Range(1.0, 1000.0))->capture_default_str();

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/backend.hpp"
 #include "core/env.hpp"
 #include "core/gossip.hpp"
 #include "core/trainer.hpp"
@@ -25,6 +26,9 @@
 #include "peer/data_files.hpp"
 #include "peer/inbox.hpp"
 #include "peer/metrics.hpp"
+#ifdef RUMOR_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#endif
 
 namespace rumor::peer {
 
@@ -110,6 +114,21 @@ class DaemonEnv final : public Env {
 
 std::string bounded_str(double tau) { return std::isfinite(tau) ? std::to_string(static_cast<long long>(tau)) : "inf"; }
 
+// --device cpu | cuda | cuda:N | emulated (the flag's form is checked in config.cpp). Null = the CPU.
+std::shared_ptr<Backend> make_backend(const std::string& device) {
+  if (device == "cpu") return nullptr;
+  if (device == "emulated") return std::make_shared<EmulatedDevice>();  // a GPU peer's data flow, on the CPU
+  const int index = device.size() > 5 ? std::stoi(device.substr(5)) : 0;
+#ifdef RUMOR_HAVE_CUDA
+  return gpu::make_cuda_backend(index);  // gpu::NoDevice (exit 1) when there is none
+#else
+  (void)index;
+  throw std::invalid_argument("--device " + device +
+                              ": CUDA requested but this build has no CUDA backend (rebuild with RUMOR_CUDA=ON "
+                              "where nvcc exists)");
+#endif
+}
+
 void save_params(const std::string& path, std::span<const float> p) {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -125,8 +144,8 @@ Daemon::Daemon(Config cfg, std::shared_ptr<spdlog::logger> log) : cfg_(std::move
 Daemon::~Daemon() = default;
 
 int Daemon::run() {
-  if (cfg_.device != "cpu")
-    throw std::invalid_argument("--device " + cfg_.device + ": this build only has the cpu backend");
+  // The backend first: a GPU that is not there fails here, before anything slow.
+  std::shared_ptr<Backend> backend = make_backend(cfg_.device);
   set_math_threads(cfg_.threads);
   // Trust: a bad key file fails here, before anything slow (std::invalid_argument: exit 2).
   Bytes swarm_key;
@@ -151,15 +170,16 @@ int Daemon::run() {
   tc.batch = cfg_.batch;
   tc.seed = cfg_.seed;
   tc.init_seed = cfg_.init_seed;
+  tc.backend = backend;
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
   if (tc.schedule.kind == "cosine" && tc.schedule.total_steps == 0)
     tc.schedule.total_steps =
         cfg_.steps ? cfg_.steps : static_cast<std::uint64_t>(std::ceil(cfg_.epochs * steps_per_epoch));
   Trainer trainer(tc, shard, shard->dim, outputs);
-  log_->info("{}: {} rows ({} partition), test {} rows, model {} ({} parameters), {} lr {} batch {}; loaded in {:.1f} s",
+  log_->info("{}: {} rows ({} partition), test {} rows, model {} ({} parameters), {} lr {} batch {}, device {}; loaded in {:.1f} s",
              shard->name, shard->rows, partition.str(), task.test.rows, trainer.model().fingerprint(),
              trainer.model().param_count(), trainer.optimizer().name(), cfg_.schedule.base_lr, cfg_.batch,
-             seconds_since(t_load));
+             trainer.backend().name(), seconds_since(t_load));
 
   // From here on, snapshots and payloads are large buffers allocated per exchange: keep them on
   // the heap (reused) rather than fresh mmaps, whose page faults cost more than the copy. Set
@@ -173,7 +193,8 @@ int Daemon::run() {
     std::string path;
     if (auto c = load_newest_checkpoint(cfg_.checkpoint_dir, trainer.model().fingerprint(), *log_, &path)) {
       std::copy(c->params.begin(), c->params.end(), trainer.params().begin());
-      trainer.optimizer().set_state(c->optimizer_state, c->optimizer_steps);
+      trainer.params_written();
+      trainer.set_optimizer_state(c->optimizer_state, c->optimizer_steps);
       trainer.set_position(c->position);
       resume_view = c->view;
       log_->info("resumed from {}: step {}, epoch {:.2f}", path, c->position.step, trainer.epochs_done());
@@ -223,7 +244,8 @@ int Daemon::run() {
                                                       cfg_.tls_ca));
   metrics.write("start", {{"peer", self_id},
                           {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-                          {"t_offset", metrics.elapsed()}});
+                          {"t_offset", metrics.elapsed()},
+                          {"device", trainer.backend().name()}});
   log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.local_steps, cfg_.codec,
              bounded_str(cfg_.staleness), cfg_.mix_weight,
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());
@@ -259,8 +281,12 @@ int Daemon::run() {
     if (v != self_id && std::find(seeds.begin(), seeds.end(), v) == seeds.end()) seeds.push_back(v);
   gossip.start(seeds);
 
+  // Whatever Gossip handles may mix into, or replace, trainer.params(); on a device that is a
+  // host mirror, so the trainer is told (it uploads before its next use; a no-op on the CPU).
   auto drain = [&] {
-    for (InboxItem& it : inbox.take_all()) {
+    auto items = inbox.take_all();
+    if (!items.empty()) trainer.params_written();
+    for (InboxItem& it : items) {
       switch (it.kind) {
         case InboxItem::Kind::Message: gossip.on_message(it.peer, it.msg); break;
         case InboxItem::Kind::SendFailed: gossip.on_send_failed(it.peer, it.reason); break;
@@ -361,7 +387,8 @@ int Daemon::run() {
     c.position = trainer.position();
     c.optimizer_steps = trainer.optimizer().steps();
     c.params.assign(trainer.params().begin(), trainer.params().end());
-    c.optimizer_state.assign(trainer.optimizer().state().begin(), trainer.optimizer().state().end());
+    const auto state = trainer.optimizer_state();  // a device's copy comes back here
+    c.optimizer_state.assign(state.begin(), state.end());
     for (const auto& id : gossip.view().live_ids()) c.view.push_back(id);
     try {
       const std::string path = write_checkpoint(cfg_.checkpoint_dir, c);

@@ -4,6 +4,9 @@
 #include <zlib.h>
 
 #include "process.hpp"
+#ifdef RUMOR_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#endif
 
 using namespace rumor::test;
 namespace fs = std::filesystem;
@@ -75,4 +78,34 @@ TEST_CASE("cli: one peer trains on the synthetic task and writes eval and done m
   for (const char* k : {"t", "epoch", "loss", "samples_per_s", "bytes_sent", "bytes_recv", "exchanges", "peers"})
     CHECK_MESSAGE(!std::isnan(field(evals.back(), k)), k);
   CHECK(p.log().find("test_acc") != std::string::npos);
+  const auto start = metric_lines(d / "m.jsonl", "start");
+  REQUIRE(start.size() == 1);
+  CHECK(start[0].find("\"device\":\"cpu\"") != std::string::npos);
+}
+
+TEST_CASE("cli: --device cuda without a CUDA backend or a GPU fails clearly, before training") {
+  auto d = temp_dir("nocuda");
+  Process bad({"--device", "tpu", "--data", "synthetic"}, d / "log0");
+  CHECK(bad.wait(10) == 2);
+  CHECK(bad.log().find("expected cpu, cuda or cuda:N") != std::string::npos);
+#ifdef RUMOR_HAVE_CUDA
+  // This build has the backend: ask for a device that is not there (here: any, where no GPU
+  // is; on a GPU machine, one past the last).
+  const int n = rumor::gpu::device_count();
+  const std::string dev = n == 0 ? "cuda" : "cuda:" + std::to_string(n);
+  const std::string expect = n == 0 ? "no CUDA device found" : "CUDA device " + std::to_string(n) + " not found";
+  const int rc = 1;
+#else
+  const std::string dev = "cuda";
+  const std::string expect =
+      "CUDA requested but this build has no CUDA backend (rebuild with RUMOR_CUDA=ON where nvcc exists)";
+  const int rc = 2;
+#endif
+  Process p({"--device", dev, "--data", "synthetic", "--steps", "50"}, d / "log");
+  CHECK(p.wait(20) == rc);
+  const std::string log = p.log();
+  INFO(log);
+  CHECK(log.find(expect) != std::string::npos);
+  CHECK(log.find("loaded in") == std::string::npos);  // failed before loading data or training
+  CHECK(log.find("epoch") == std::string::npos);
 }

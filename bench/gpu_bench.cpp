@@ -1,0 +1,218 @@
+// GPU training throughput: samples/s of rumor::Trainer::step() on the CUDA backend against the
+// CPU (Eigen) backend and against the cuBLAS-bound ceiling of the same shapes, at several
+// batch sizes (default 64 and 1024), for the MLP on Fashion-MNIST shapes (784-256-128-10).
+//
+// gpu:     Trainer::step() with --device cuda semantics: shard resident on the device, an index
+//          upload and a gather per batch, forward, backward, the optimizer kernel, the loss and
+//          the parameters back to the pinned host mirror (what the gossip protocol reads), as
+//          the daemon runs it.
+// cpu:     the same Trainer::step() on the CPU backend, with --cpu-threads Eigen threads.
+// ceiling: only the 8 sgemm calls of one step (forward X·W1, A1·W2, A2·W3; backward A2ᵀ·G3,
+//          G3·W3ᵀ, A1ᵀ·G2, G2·W2ᵀ, Xᵀ·G1) through the same Backend::gemm (cuBLAS), queued back
+//          to back and synchronised once per step: what the step would cost if everything
+//          but the products were free.
+// Also the time of one parameter round trip (pinned host -> device -> pinned host), the part
+// of a step that exists only so the protocol can see the parameters.
+//
+// Results are medians over --reps repetitions; lines starting with a key and a number, e.g.
+//   gpu_samples_per_s b=64 123456
+// bench/gpu_check.sh runs this on a GPU machine; bench/README.md ("GPU") records the output.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/dataset.hpp"
+#include "core/model.hpp"
+#include "core/trainer.hpp"
+#include "gpu/cuda_backend.hpp"
+#include "peer/data_files.hpp"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Args {
+  std::vector<std::size_t> batches{64, 1024};
+  int reps = 5, steps = 200, cpu_steps = 30, warmup = 20, cpu_threads = 1, device = 0;
+  std::string data = "/usr/share/datasets/fashion-mnist", model = "mlp:256,128";
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", f.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto num = [&]() {
+      const std::string v = val();
+      char* end = nullptr;
+      const long x = std::strtol(v.c_str(), &end, 10);
+      if (!end || *end || x <= 0) {
+        std::fprintf(stderr, "%s needs a positive integer, got '%s'\n", f.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return static_cast<int>(x);
+    };
+    if (f == "--batches") {
+      a.batches.clear();
+      std::string v = val();
+      for (std::size_t p = 0; p < v.size();) {
+        std::size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        a.batches.push_back(std::strtoul(v.substr(p, q - p).c_str(), nullptr, 10));
+        if (a.batches.back() == 0) {
+          std::fprintf(stderr, "--batches: positive integers, e.g. 64,1024\n");
+          std::exit(2);
+        }
+        p = q + 1;
+      }
+    } else if (f == "--reps") a.reps = num();
+    else if (f == "--steps") a.steps = num();
+    else if (f == "--cpu-steps") a.cpu_steps = num();
+    else if (f == "--warmup") a.warmup = num();
+    else if (f == "--cpu-threads") a.cpu_threads = num();
+    else if (f == "--device") a.device = std::atoi(val().c_str());
+    else if (f == "--data") a.data = val();
+    else if (f == "--model") a.model = val();
+    else {
+      std::printf(
+          "usage: %s [--batches 64,1024] [--reps 5] [--steps 200] [--cpu-steps 30] [--warmup 20]\n"
+          "          [--cpu-threads 1] [--device 0] [--data DIR|synthetic] [--model mlp:256,128]\n",
+          argv[0]);
+      std::exit(f == "--help" ? 0 : 2);
+    }
+  }
+  return a;
+}
+
+// Samples/s of `steps` Trainer steps, median over reps.
+double trainer_rate(rumor::Trainer& t, int warmup, int steps, int reps, std::size_t batch) {
+  for (int i = 0; i < warmup; ++i) t.step();
+  std::vector<double> r;
+  for (int k = 0; k < reps; ++k) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) t.step();
+    r.push_back(static_cast<double>(steps) * static_cast<double>(batch) / since(t0));
+  }
+  return median(r);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  std::string why;
+  if (rumor::gpu::device_count(&why) <= 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", why.c_str());
+    return 0;
+  }
+  std::shared_ptr<rumor::Backend> gpu;
+  try {
+    gpu = rumor::gpu::make_cuda_backend(args.device);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  rumor::set_math_threads(args.cpu_threads);
+  const auto t_load = Clock::now();
+  rumor::Task task = rumor::load_task(args.data);
+  auto shard = std::make_shared<const rumor::Dataset>(std::move(task.train));
+  const std::size_t outputs = shard->classes > 0 ? static_cast<std::size_t>(shard->classes) : shard->target_dim;
+  std::printf("# data %s: %zu rows x %zu features, %zu outputs; loaded in %.2f s\n", shard->name.c_str(), shard->rows,
+              shard->dim, outputs, since(t_load));
+  std::printf("gpu_device %s\n", gpu->name().c_str());
+  std::printf("cpu_threads %d\n", rumor::math_threads());
+
+  for (const std::size_t batch : args.batches) {
+    rumor::TrainerConfig tc;
+    tc.model = args.model;
+    tc.batch = batch;
+    tc.seed = 1;
+    tc.schedule.base_lr = 1e-3;
+    rumor::Trainer cpu(tc, shard, shard->dim, outputs);
+    tc.backend = gpu;
+    rumor::Trainer dev(tc, shard, shard->dim, outputs);
+    const double gpu_rate = trainer_rate(dev, args.warmup, args.steps, args.reps, batch);
+    const double cpu_rate = trainer_rate(cpu, std::min(args.warmup, 3), args.cpu_steps, args.reps, batch);
+
+    // The ceiling: the step's 8 products alone, on activations of the right shapes.
+    std::vector<std::size_t> w{shard->dim};
+    for (const auto& l : cpu.model().layers())
+      if (l.name.find(".weight") != std::string::npos) w.push_back(l.cols);
+    const std::size_t L = w.size() - 1;
+    rumor::Buffer<float> params(*gpu, cpu.model().param_count()), grad(*gpu, cpu.model().param_count());
+    params.upload(cpu.params());
+    std::vector<rumor::Buffer<float>> act(L + 1), del(L + 1);
+    std::vector<float> fill;
+    for (std::size_t l = 0; l <= L; ++l) {
+      act[l] = rumor::Buffer<float>(*gpu, batch * w[l]);
+      del[l] = rumor::Buffer<float>(*gpu, batch * w[l]);
+      fill.assign(batch * w[l], 0.01f);
+      act[l].upload(fill);
+      del[l].upload(fill);
+    }
+    std::vector<std::size_t> woff(L + 1);
+    for (std::size_t l = 1, off = 0; l <= L; ++l) {
+      woff[l] = off;
+      off += w[l - 1] * w[l] + w[l];
+    }
+    auto products = [&] {
+      for (std::size_t l = 1; l <= L; ++l)
+        gpu->gemm(false, false, batch, w[l], w[l - 1], act[l - 1].data(), params.data() + woff[l], act[l].data());
+      for (std::size_t l = L; l >= 1; --l) {
+        gpu->gemm(true, false, w[l - 1], w[l], batch, act[l - 1].data(), del[l].data(), grad.data() + woff[l]);
+        if (l > 1)
+          gpu->gemm(false, true, batch, w[l - 1], w[l], del[l].data(), params.data() + woff[l], del[l - 1].data());
+      }
+      gpu->synchronize();
+    };
+    for (int i = 0; i < args.warmup; ++i) products();
+    std::vector<double> r;
+    for (int k = 0; k < args.reps; ++k) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < args.steps; ++i) products();
+      r.push_back(static_cast<double>(args.steps) * static_cast<double>(batch) / since(t0));
+    }
+    const double ceiling = median(r);
+
+    // One parameter round trip through pinned host memory.
+    const std::size_t n = cpu.model().param_count();
+    auto* pinned = static_cast<float*>(gpu->allocate_host(n * sizeof(float)));
+    std::copy(cpu.params().begin(), cpu.params().end(), pinned);
+    std::vector<double> rt;
+    for (int k = 0; k < std::max(args.reps, 20); ++k) {
+      const auto t0 = Clock::now();
+      gpu->upload(params.data(), pinned, n * sizeof(float));
+      gpu->download(pinned, params.data(), n * sizeof(float));
+      rt.push_back(since(t0));
+    }
+    gpu->deallocate_host(pinned);
+
+    std::printf("# batch %zu: gpu %.0f samples/s, cpu %.0f samples/s (%d thread(s)), cuBLAS ceiling %.0f samples/s\n",
+                batch, gpu_rate, cpu_rate, rumor::math_threads(), ceiling);
+    std::printf("gpu_samples_per_s b=%zu %.1f\n", batch, gpu_rate);
+    std::printf("cpu_samples_per_s b=%zu %.1f\n", batch, cpu_rate);
+    std::printf("cublas_ceiling_samples_per_s b=%zu %.1f\n", batch, ceiling);
+    std::printf("gpu_over_cpu b=%zu %.2f\n", batch, gpu_rate / cpu_rate);
+    std::printf("gpu_over_ceiling b=%zu %.3f\n", batch, gpu_rate / ceiling);
+    std::printf("gpu_step_us b=%zu %.1f\n", batch, 1e6 * static_cast<double>(batch) / gpu_rate);
+    std::printf("param_roundtrip_us b=%zu %.1f\n", batch, 1e6 * median(rt));
+    std::fflush(stdout);
+  }
+  return 0;
+}
