@@ -26,29 +26,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::uint64_t kTopologyStream = (1ull << 41) + 7;  // random_regular's graph
 
-std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* f, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, f);
-  const int n = std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return std::string(buf, n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1) : 0);
-}
-std::string json_number(double x) { return std::isfinite(x) ? format("%.9g", x) : "null"; }
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      o += format("\\u%04x", c);
-      continue;
-    }
-    o += c;
-  }
-  return o + "\"";
-}
-
 bool is_server(Algorithm a) {
   return a == Algorithm::Centralized || a == Algorithm::AllReduce || a == Algorithm::PsSync ||
          a == Algorithm::PsAsync || a == Algorithm::PsSsp;
@@ -701,7 +678,7 @@ const std::vector<Sample>& AlgorithmRun::samples() const { return impl_->samples
 const Totals& AlgorithmRun::totals() const { return impl_->totals; }
 
 std::string AlgorithmRun::timeseries_csv() const { return timeseries_csv_of(impl_->samples); }
-std::string AlgorithmRun::events_csv() const { return "time,peer,event,other,clock,value,detail\n" + impl_->events; }
+std::string AlgorithmRun::events_csv() const { return kEventsCsvHeader + impl_->events; }
 
 std::string AlgorithmRun::summary_json() const {
   const Impl& w = *impl_;
@@ -743,27 +720,13 @@ std::string AlgorithmRun::summary_json() const {
     o += "  \"waits\": " + u(w.waits) + ",\n";
     o += "  \"wait_seconds\": " + json_number(w.wait_seconds) + ",\n";
   }
-  o += "  \"final\": {\"time\": " + json_number(last.time) + ", \"test_acc\": " + json_number(last.test_acc) +
-       ", \"loss\": " + json_number(last.loss) + ", \"peer_acc\": " + json_number(last.peer_acc) +
-       ", \"consensus_distance\": " + json_number(last.consensus_distance) +
-       ", \"mean_step\": " + json_number(last.mean_step) + "}\n";
+  o += "  " + final_sample_json(last) + "\n";
   o += "}\n";
   return o;
 }
 
 void AlgorithmRun::write_outputs(const std::string& dir) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create output directory '" + dir + "': " + ec.message());
-  const auto put = [&](const char* name, const std::string& text) {
-    const std::string path = dir + "/" + name;
-    std::ofstream f(path, std::ios::binary);
-    f << text;
-    if (!f) throw std::runtime_error("cannot write '" + path + "'");
-  };
-  put("timeseries.csv", timeseries_csv());
-  put("events.csv", events_csv());
-  put("summary.json", summary_json());
+  write_run_outputs(dir, timeseries_csv(), events_csv(), summary_json());
 }
 
 }  // namespace rumor::sim

@@ -42,21 +42,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* f, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, f);
-  const int n = std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  if (n < static_cast<int>(sizeof buf)) return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-  std::string big(static_cast<std::size_t>(n) + 1, '\0');
-  va_start(ap, f);
-  std::vsnprintf(big.data(), big.size(), f, ap);
-  va_end(ap);
-  big.resize(static_cast<std::size_t>(n));
-  return big;
-}
 
 std::string csv_quote(const std::string& s) {
   std::string out = "\"";
@@ -1147,9 +1132,23 @@ std::string timeseries_csv_of(const std::vector<Sample>& samples) {
   return out;
 }
 
-std::string Simulation::events_csv() const { return "time,peer,event,other,clock,value,detail\n" + impl_->events; }
+std::string Simulation::events_csv() const { return kEventsCsvHeader + impl_->events; }
 
-namespace {
+std::string format(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  const int n = std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  if (n < static_cast<int>(sizeof buf)) return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+  std::string big(static_cast<std::size_t>(n) + 1, '\0');
+  va_start(ap, f);
+  std::vsnprintf(big.data(), big.size(), f, ap);
+  va_end(ap);
+  big.resize(static_cast<std::size_t>(n));
+  return big;
+}
+
 std::string json_number(double x) { return std::isfinite(x) ? format("%.9g", x) : "null"; }
 std::string json_string(const std::string& s) {
   std::string o = "\"";
@@ -1163,7 +1162,30 @@ std::string json_string(const std::string& s) {
   }
   return o + "\"";
 }
-}  // namespace
+
+std::string final_sample_json(const Sample& last) {
+  return "\"final\": {\"time\": " + json_number(last.time) + ", \"test_acc\": " + json_number(last.test_acc) +
+         ", \"loss\": " + json_number(last.loss) + ", \"peer_acc\": " + json_number(last.peer_acc) +
+         ", \"consensus_distance\": " + json_number(last.consensus_distance) +
+         ", \"mean_step\": " + json_number(last.mean_step) + "}";
+}
+
+void write_run_outputs(const std::string& dir, const std::string& timeseries, const std::string& events,
+                       const std::string& summary) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create output directory '" + dir + "': " + ec.message());
+  const auto put = [&](const char* name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    if (!f) throw std::runtime_error("cannot write '" + path + "'");
+  };
+  put("timeseries.csv", timeseries);
+  put("events.csv", events);
+  put("summary.json", summary);
+}
+
 
 std::string Simulation::summary_json() const {
   const Impl& w = *impl_;
@@ -1208,28 +1230,14 @@ std::string Simulation::summary_json() const {
   o += "  \"peers_crashed\": " + u(crashed) + ",\n";
   o += "  \"peers_left\": " + u(left) + ",\n";
   o += "  \"peers_running\": " + u(live) + ",\n";
-  o += "  \"final\": {\"time\": " + json_number(last.time) + ", \"test_acc\": " + json_number(last.test_acc) +
-       ", \"loss\": " + json_number(last.loss) + ", \"peer_acc\": " + json_number(last.peer_acc) +
-       ", \"consensus_distance\": " + json_number(last.consensus_distance) +
-       ", \"mean_step\": " + json_number(last.mean_step) + "},\n";
+  o += "  " + final_sample_json(last) + ",\n";
   o += "  \"peer_final_test_acc\": " + json_number(acc_n > 0 ? acc_sum / acc_n : kNaN) + "\n";
   o += "}\n";
   return o;
 }
 
 void Simulation::write_outputs(const std::string& dir) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create output directory '" + dir + "': " + ec.message());
-  const auto put = [&](const char* name, const std::string& text) {
-    const std::string path = dir + "/" + name;
-    std::ofstream f(path, std::ios::binary);
-    f << text;
-    if (!f) throw std::runtime_error("cannot write '" + path + "'");
-  };
-  put("timeseries.csv", timeseries_csv());
-  put("events.csv", events_csv());
-  put("summary.json", summary_json());
+  write_run_outputs(dir, timeseries_csv(), events_csv(), summary_json());
 }
 
 }  // namespace rumor::sim

@@ -55,6 +55,18 @@ struct Sample {
 // The text of timeseries.csv for these rows (every algorithm writes the same columns).
 std::string timeseries_csv_of(const std::vector<Sample>& samples);
 
+// What every kind of run (Simulation, AlgorithmRun) writes its outputs with (simulator.cpp).
+std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));  // printf to a string
+std::string json_number(double x);              // %.9g, or null for NaN and Inf
+std::string json_string(const std::string& s);  // quoted and escaped
+inline constexpr const char* kEventsCsvHeader = "time,peer,event,other,clock,value,detail\n";
+// The `"final": {...}` object of summary.json: the last sample's time, accuracy, loss, ...
+std::string final_sample_json(const Sample& last);
+// DIR/timeseries.csv, DIR/events.csv and DIR/summary.json (DIR created if missing); throws
+// std::runtime_error naming the path that could not be written.
+void write_run_outputs(const std::string& dir, const std::string& timeseries, const std::string& events,
+                       const std::string& summary);
+
 struct Totals {
   std::uint64_t events = 0, messages = 0, bytes = 0, dropped = 0, refused = 0;
   std::uint64_t exchanges = 0, answered = 0, failed = 0, rejected = 0;
