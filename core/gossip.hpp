@@ -233,6 +233,8 @@ class Gossip {
   void merge_view(const std::vector<MemberDigest>& digests);
   void report_change(const View::Change& c);
   void heard_from(const PeerId& peer);
+  // We (the responder) mixed `from`'s model: count it and report it with the last distance.
+  void responder_done(const PeerId& from, std::uint64_t their_clock);
   double my_weight() const;
   std::vector<MemberDigest> digest() { return view_.digest(cfg_.digest_limit, env_.rng()); }
   ProtocolEvent ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason = {}) const;

@@ -111,10 +111,14 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   }
   const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
   stats_.last_distance = mix_into_with_distance(params_, theirs, ys, a / (a + b));  // and relative_distance(ys, theirs)
+  responder_done(from, h.clock);
+}
+
+void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock) {
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
-  e.other = h.clock;
+  e.other = their_clock;
   env_.event(e);
 }
 
@@ -148,11 +152,7 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   r.param_count = params_.size();
   r.view = digest();
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
-  ++stats_.answered;
-  ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
-  e.distance = stats_.last_distance;
-  e.other = h.clock;
-  env_.event(e);
+  responder_done(from, h.clock);
 }
 
 void Gossip::on_exchange_accept(const PeerId& from, const Message& msg) {

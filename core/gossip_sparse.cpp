@@ -49,11 +49,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
     sparse_ref_[j] = params_[j];
   }
   stats_.last_distance = nx > 0 ? std::sqrt(d / nx) : 0.0;
-  ++stats_.answered;
-  ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
-  e.distance = stats_.last_distance;
-  e.other = h.clock;
-  env_.event(e);
+  responder_done(from, h.clock);
 }
 
 void Gossip::sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o) {

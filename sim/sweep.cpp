@@ -138,17 +138,21 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   std::vector<std::size_t> finished;  // indices, in the order they finished (for progress)
+  // Takes the next run, if any, and does it; false when none is left.
+  const auto run_next = [&] {
+    const std::size_t k = next.fetch_add(1);
+    if (k >= runs.size()) return false;
+    try {
+      out[k] = run_scenario(runs[k].scenario, (fs::path(out_dir) / "runs" / runs[k].name).string());
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
+    }
+    std::lock_guard<std::mutex> g(mu);
+    finished.push_back(k);
+    return true;
+  };
   const auto worker = [&] {
-    for (;;) {
-      const std::size_t k = next.fetch_add(1);
-      if (k >= runs.size()) return;
-      try {
-        out[k] = run_scenario(runs[k].scenario, (fs::path(out_dir) / "runs" / runs[k].name).string());
-      } catch (const std::exception& e) {
-        errors[k] = e.what();
-      }
-      std::lock_guard<std::mutex> g(mu);
-      finished.push_back(k);
+    while (run_next()) {
     }
   };
   const std::size_t threads = std::min<std::size_t>(std::max<std::size_t>(base.sweep_parallel, 1), runs.size());
@@ -167,20 +171,7 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
       for (auto k : now)
         if (errors[k].empty()) progress(runs[k], out[k]);
   };
-  for (;;) {
-    const std::size_t k = next.fetch_add(1);
-    if (k >= runs.size()) break;
-    try {
-      out[k] = run_scenario(runs[k].scenario, (fs::path(out_dir) / "runs" / runs[k].name).string());
-    } catch (const std::exception& e) {
-      errors[k] = e.what();
-    }
-    {
-      std::lock_guard<std::mutex> g(mu);
-      finished.push_back(k);
-    }
-    report();
-  }
+  while (run_next()) report();
   for (auto& t : pool) t.join();
   report();
   for (std::size_t k = 0; k < runs.size(); ++k)
