@@ -86,6 +86,22 @@ std::size_t element_count(const std::vector<std::uint32_t>& dims, const std::str
   return n;
 }
 
+// The last step of a label-skewed partition (Dirichlet, labels:K), whose rows were appended
+// class by class: a peer with no rows cannot train, so each empty shard takes one row from the
+// (first) largest (rows >= n, so that one has at least two whenever some shard is empty); then
+// each shard is shuffled, so its row order carries no label order.
+void finish_shards(std::vector<std::vector<std::size_t>>& parts, Rng& rng) {
+  for (auto& part : parts) {
+    if (!part.empty()) continue;
+    auto largest = std::max_element(parts.begin(), parts.end(),
+                                    [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    RUMOR_CHECK(largest->size() >= 2);
+    part.push_back(largest->back());
+    largest->pop_back();
+  }
+  for (auto& part : parts) rng.shuffle(part);
+}
+
 // `order` cut into n near-equal contiguous parts (the first size % n get one row more).
 std::vector<std::vector<std::size_t>> cut_even(const std::vector<std::size_t>& order, int n) {
   std::vector<std::vector<std::size_t>> parts(static_cast<std::size_t>(n));
@@ -515,16 +531,8 @@ std::vector<std::vector<std::size_t>> partition_rows(const Dataset& d, int n, co
       for (std::size_t h = 0; h < holders[c].size(); ++h)
         parts[holders[c][h]].insert(parts[holders[c][h]].end(), cut[h].begin(), cut[h].end());
     }
-    for (auto& part : parts) {
-      // A class with fewer rows than holders leaves some empty: one row from the largest.
-      if (!part.empty()) continue;
-      auto largest = std::max_element(parts.begin(), parts.end(),
-                                      [](const auto& a, const auto& b) { return a.size() < b.size(); });
-      RUMOR_CHECK(largest->size() >= 2);
-      part.push_back(largest->back());
-      largest->pop_back();
-    }
-    for (auto& part : parts) rng.shuffle(part);
+    // A class with fewer rows than holders leaves some empty.
+    finish_shards(parts, rng);
     return parts;
   }
 
@@ -563,18 +571,7 @@ std::vector<std::vector<std::size_t>> partition_rows(const Dataset& d, int n, co
     }
   }
 
-  // A peer with no rows cannot train: give each empty shard one row from the (first) largest.
-  // rows >= n, so the largest has at least two rows whenever some shard is empty.
-  for (auto& part : parts) {
-    if (!part.empty()) continue;
-    auto largest = std::max_element(parts.begin(), parts.end(),
-                                    [](const auto& a, const auto& b) { return a.size() < b.size(); });
-    RUMOR_CHECK(largest->size() >= 2);
-    part.push_back(largest->back());
-    largest->pop_back();
-  }
-  // Rows were appended class by class; mix them so a shard's row order carries no label order.
-  for (auto& part : parts) rng.shuffle(part);
+  finish_shards(parts, rng);
   return parts;
 }
 

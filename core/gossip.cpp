@@ -103,13 +103,7 @@ void Gossip::start_exchange() {
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now, {}};
   std::optional<std::uint64_t> pdigest;
-  ExchangeMsg h;
-  h.exchange_id = o.id;
-  h.clock = clock_;
-  h.weight = o.weight;
-  h.codec = cfg_.codec;
-  h.param_count = params_.size();
-  h.view = digest();
+  ExchangeMsg h = our_exchange_header(o.id, o.weight);
   if (cfg_.codec == PayloadCodec::TopK) {
     o.payload = sparse_request(o.sparse_idx);  // one-shot: the reply depends on the request
     env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));

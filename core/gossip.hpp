@@ -235,6 +235,8 @@ class Gossip {
   void heard_from(const PeerId& peer);
   // We (the responder) mixed `from`'s model: count it and report it with the last distance.
   void responder_done(const PeerId& from, std::uint64_t their_clock);
+  // The header of an exchange message of ours: id, our clock, `weight`, codec, size, a view digest.
+  ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight);
   double my_weight() const;
   std::vector<MemberDigest> digest() { return view_.digest(cfg_.digest_limit, env_.rng()); }
   ProtocolEvent ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason = {}) const;

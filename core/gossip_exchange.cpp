@@ -88,13 +88,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   std::vector<float> mine_decoded;
   std::optional<std::uint64_t> pdigest;
   auto mine = encode_snapshot(mine_decoded, pdigest);  // y_s: the live parameters, stable between steps
-  ExchangeMsg r;
-  r.exchange_id = h.exchange_id;
-  r.clock = clock_;
-  r.weight = b;
-  r.codec = cfg_.codec;
-  r.param_count = params_.size();
-  r.view = digest();
+  ExchangeMsg r = our_exchange_header(h.exchange_id, b);
   stats_.payload_bytes_sent += mine->size();
   ++stats_.payloads_sent;
   Message reply = make_message(MsgType::ExchangeReply, r, mine);
@@ -112,6 +106,17 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
   stats_.last_distance = mix_into_with_distance(params_, theirs, ys, a / (a + b));  // and relative_distance(ys, theirs)
   responder_done(from, h.clock);
+}
+
+ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight) {
+  ExchangeMsg h;
+  h.exchange_id = exchange_id;
+  h.clock = clock_;
+  h.weight = weight;
+  h.codec = cfg_.codec;
+  h.param_count = params_.size();
+  h.view = digest();
+  return h;
 }
 
 void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock) {
@@ -144,13 +149,7 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   const std::span<const float> ys = inc.snapshot();
   if (!screen_model(from, robust_, theirs, ys, h.exchange_id)) return;  // Busy: the initiator mixes nothing
   stats_.last_distance = mix_into_with_distance(params_, theirs, ys, inc.weight / (inc.weight + inc.mine_weight));
-  ExchangeMsg r;
-  r.exchange_id = h.exchange_id;
-  r.clock = clock_;
-  r.weight = inc.mine_weight;
-  r.codec = cfg_.codec;
-  r.param_count = params_.size();
-  r.view = digest();
+  ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
   responder_done(from, h.clock);
 }

@@ -26,13 +26,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
     if (!screen_values(from, robust_sparse_, sel.values, ours, h.exchange_id)) return;
   }
   const double a = h.weight, b = my_weight();
-  ExchangeMsg r;
-  r.exchange_id = h.exchange_id;
-  r.clock = clock_;
-  r.weight = b;
-  r.codec = cfg_.codec;
-  r.param_count = params_.size();
-  r.view = digest();
+  ExchangeMsg r = our_exchange_header(h.exchange_id, b);
   auto reply = std::make_shared<Bytes>(encode_sparse_reply(sel.indices, params_));
   stats_.payload_bytes_sent += reply->size();
   ++stats_.payloads_sent;

@@ -284,20 +284,7 @@ struct AlgorithmRun::Impl {
       r.loss = e.loss;
       r.test_acc = e.accuracy;
     }
-    const std::size_t k = std::min<std::size_t>(s.eval_peers, n);
-    r.peer_loss = r.peer_acc = r.peer_acc_min = kNaN;
-    if (k > 0) {
-      double l = 0, a = 0, amin = INFINITY;
-      for (std::size_t j = 0; j < k; ++j) {
-        const EvalResult e = work->evaluate(peers[j * n / k]->params());
-        l += e.loss;
-        a += e.accuracy;
-        amin = std::min(amin, e.accuracy);
-      }
-      r.peer_loss = l / static_cast<double>(k);
-      r.peer_acc = a / static_cast<double>(k);
-      r.peer_acc_min = amin;
-    }
+    sample_peer_models(r, s.eval_peers, n, [&](std::size_t i) { return work->evaluate(peers[i]->params()); });
     return r;
   }
   std::uint64_t peer_steps(std::uint32_t i) const {

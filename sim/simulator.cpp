@@ -1050,21 +1050,7 @@ Sample Simulation::Impl::compute_sample(double t) {
     r.loss = e.loss;
     r.test_acc = e.accuracy;
   }
-  const std::size_t k = std::min(s.eval_peers, set.size());
-  r.peer_loss = r.peer_acc = r.peer_acc_min = kNaN;
-  if (k > 0) {
-    double l = 0, a = 0, amin = std::numeric_limits<double>::infinity();
-    for (std::size_t j = 0; j < k; ++j) {
-      const Peer* p = set[j * set.size() / k];  // evenly spread over the ids
-      const EvalResult e = work->evaluate(p->model->params());
-      l += e.loss;
-      a += e.accuracy;
-      amin = std::min(amin, e.accuracy);
-    }
-    r.peer_loss = l / static_cast<double>(k);
-    r.peer_acc = a / static_cast<double>(k);
-    r.peer_acc_min = amin;
-  }
+  sample_peer_models(r, s.eval_peers, set.size(), [&](std::size_t i) { return work->evaluate(set[i]->model->params()); });
   return r;
 }
 
@@ -1161,6 +1147,23 @@ std::string json_string(const std::string& s) {
     o += c;
   }
   return o + "\"";
+}
+
+void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
+                        const std::function<EvalResult(std::size_t)>& eval) {
+  const std::size_t k = std::min(eval_peers, n);
+  r.peer_loss = r.peer_acc = r.peer_acc_min = kNaN;
+  if (k == 0) return;
+  double l = 0, a = 0, amin = std::numeric_limits<double>::infinity();
+  for (std::size_t j = 0; j < k; ++j) {
+    const EvalResult e = eval(j * n / k);
+    l += e.loss;
+    a += e.accuracy;
+    amin = std::min(amin, e.accuracy);
+  }
+  r.peer_loss = l / static_cast<double>(k);
+  r.peer_acc = a / static_cast<double>(k);
+  r.peer_acc_min = amin;
 }
 
 std::string final_sample_json(const Sample& last) {

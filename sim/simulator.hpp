@@ -26,11 +26,13 @@
 // (a higher incarnation), joining through seeds chosen by `bootstrap`.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/gossip.hpp"
+#include "core/model.hpp"
 #include "sim/scenario.hpp"
 
 namespace rumor::sim {
@@ -54,6 +56,11 @@ struct Sample {
 
 // The text of timeseries.csv for these rows (every algorithm writes the same columns).
 std::string timeseries_csv_of(const std::vector<Sample>& samples);
+
+// Sets r.peer_loss, r.peer_acc and r.peer_acc_min from the own models of k = min(eval_peers, n)
+// of n peers, evenly spread over them (peer j n / k), each evaluated by eval(peer); NaN if k = 0.
+void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
+                        const std::function<EvalResult(std::size_t)>& eval);
 
 // What every kind of run (Simulation, AlgorithmRun) writes its outputs with (simulator.cpp).
 std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));  // printf to a string
