@@ -149,6 +149,13 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
   if (!peer_busy) note_failure(peer);  // a peer that answered is healthy: just pick again
 }
 
+std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
+  std::vector<OpenExchange> v;
+  for (const Outstanding& o : out_)
+    v.push_back({o.peer, o.id, o.weight, o.snapshot(), o.accepted, o.reply ? &*o.reply : nullptr});
+  return v;
+}
+
 void Gossip::decline_exchange(std::size_t index, const std::string& reason) {
   RUMOR_CHECK(index < out_.size());
   const PeerId peer = out_[index].peer;

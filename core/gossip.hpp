@@ -159,6 +159,18 @@ class Gossip {
   const GossipStats& stats() const { return stats_; }
   bool joined() const { return joined_; }
   std::size_t exchanges_in_flight() const { return out_.size(); }
+  // The exchanges we started and have not finished, read-only (the simulator's invariant
+  // checks: tests/sim/test_invariants.cpp). `reply`: the responder's reply, held until its
+  // ExchangeAccept arrives (null while it has not arrived).
+  struct OpenExchange {
+    PeerId peer;
+    std::uint64_t id = 0;
+    double weight = 1;                    // ours, a
+    std::span<const float> snapshot;      // x̂_s as the responder received it
+    bool accepted = false;                // the responder said it mixed x_s
+    const Message* reply = nullptr;
+  };
+  std::vector<OpenExchange> open_exchanges() const;
   const GossipConfig& config() const { return cfg_; }
 
  private:

@@ -22,7 +22,7 @@
 #include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/checkpoint.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 #include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
 #ifdef RUMOR_HAVE_CUDA

@@ -106,7 +106,7 @@ struct Input {
 
 struct Slot {
   Message msg;
-  std::uint32_t from = 0, from_life = 0, to_life = 0;
+  std::uint32_t from = 0, to = 0, from_life = 0, to_life = 0;
   std::uint64_t bytes = 0;
 };
 
@@ -680,6 +680,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   Slot sl;
   sl.msg = std::move(msg);
   sl.from = from;
+  sl.to = ti;
   sl.from_life = f.life;
   sl.to_life = t.life;
   sl.bytes = bytes;
@@ -712,7 +713,7 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
   switch (e.kind) {
     case K::ExchangeDone:
       if (e.reason == "initiator") ++totals.exchanges; else ++totals.answered;
-      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, format("%s rtt=%.6f", e.reason.c_str(), e.seconds));
+      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, format("%s rtt=%.6f peer_clock=%llu", e.reason.c_str(), e.seconds, static_cast<unsigned long long>(e.other)));
       break;
     case K::ExchangeFailed:
       ++totals.failed;
@@ -992,6 +993,17 @@ bool Simulation::step() {
     }
   }
 }
+
+void Simulation::for_each_message_in_flight(
+    const std::function<void(const PeerId& from, const PeerId& to, const Message&)>& f) const {
+  std::vector<bool> free(impl_->slots.size(), false);
+  for (auto i : impl_->free_slots) free[i] = true;
+  for (std::size_t i = 0; i < impl_->slots.size(); ++i)
+    if (!free[i]) f(impl_->peers[impl_->slots[i].from].id, impl_->peers[impl_->slots[i].to].id, impl_->slots[i].msg);
+}
+
+std::size_t Simulation::events_size() const { return impl_->events.size(); }
+std::string Simulation::events_since(std::size_t offset) const { return impl_->events.substr(std::min(offset, impl_->events.size())); }
 
 void Simulation::set_after_event(std::function<void(const Simulation&)> hook) { impl_->after_event = std::move(hook); }
 Simulation::~Simulation() = default;

@@ -120,6 +120,12 @@ class Simulation {
   std::vector<double> mean_params(std::size_t* n = nullptr) const;
   Sample sample_now();  // computed now (not recorded)
   const std::vector<Sample>& samples() const;
+  // Every message sent and not yet handled (on the wire, or queued at a busy receiver), with
+  // its sender and receiver: invariant checks account for exchanges half applied.
+  void for_each_message_in_flight(const std::function<void(const PeerId& from, const PeerId& to, const Message&)>& f) const;
+  // events.csv grows as the run goes: its length now, and the rows written from `offset` on.
+  std::size_t events_size() const;
+  std::string events_since(std::size_t offset) const;
   const Totals& totals() const;
   // The noisy quadratic's closed form for n peers (docs/sim.md, check 2); 0 for other kinds.
   double quadratic_stationary_loss(std::uint32_t n) const;
