@@ -447,6 +447,14 @@ TEST_CASE("frame: copy_and_hash copies and hashes like memcpy + hash64") {
     CHECK(copy_and_hash(src, dst.data()) == hash64(src));
     CHECK(std::equal(src.begin(), src.end(), dst.begin()));
     CHECK(dst[len] == 0xAA);  // nothing written past the end
+    // Destinations at every alignment (the copy streams whole vectors between a head and a tail).
+    for (std::size_t shift : {1u, 3u, 8u, 17u, 31u}) {
+      Bytes d2(len + shift + 1, 0xAA);
+      CHECK(copy_and_hash(src, d2.data() + shift) == hash64(src));
+      CHECK(std::equal(src.begin(), src.end(), d2.begin() + static_cast<std::ptrdiff_t>(shift)));
+      CHECK(d2[shift - 1] == 0xAA);
+      CHECK(d2[len + shift] == 0xAA);
+    }
   }
 }
 
