@@ -14,8 +14,9 @@
 //     and the parameter count, merges the view, applies the busy rules below, snapshots y_s
 //     and replies ExchangeReply{id, clock, weight b, view} + y_s at once, keeping y_s. On the
 //     ExchangePayload: checks that every value of x_s is finite (else: Rejected event,
-//     disconnect, nothing mixed), screens it (--robust), applies y += a/(a+b) (x_s - y_s) and
-//     sends ExchangeAccept{id}. Training may go on in between; the overlap rule keeps it.
+//     disconnect, nothing mixed; the receiving transport may have checked it as it landed,
+//     Message::payload_finite), screens it (--robust), sends ExchangeAccept{id}, then applies
+//     y += a/(a+b) (x_s - y_s). Training may go on in between; the overlap rule keeps it.
 //  3. The initiator mixes only when it has both the reply and the accept (so a responder that
 //     refused x_s leaves both sides unmixed): the same checks on y_s, then
 //     x += b/(a+b) (y_s - x_s) and the exchange is done. Training went on meanwhile and its
@@ -234,7 +235,7 @@ class Gossip {
   void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
   // Encodes our live parameters with the codec: the payload, and what the receiver will decode
   // (`decoded`, left empty for codec none). For codec none the payload is a pooled buffer
-  // (snapshot_buffer) and `digest` its hash64, computed while copying.
+  // (snapshot_buffer) and `digest` its hash64 (XXH3), computed while copying.
   std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest);
   // A buffer of n bytes for a snapshot: a pooled one that nobody else holds any more (already
   // faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its transfer),

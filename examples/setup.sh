@@ -2,7 +2,7 @@
 # Sourced, not run.
 
 RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libcereal-dev
-  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev openssl dataset-fashion-mnist
+  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev libxxhash-dev openssl dataset-fashion-mnist
   python3-matplotlib clang libclang-rt-dev)  # clang + libclang-rt-dev: libFuzzer (tests/run.sh)
 
 rumor_install_packages() {
