@@ -41,7 +41,7 @@
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
 #include "core/trainer.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 
 namespace {
 

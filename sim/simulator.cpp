@@ -1023,6 +1023,7 @@ std::span<const float> Simulation::params(std::uint32_t peer) const {
   return p.model ? std::span<const float>(p.model->params()) : std::span<const float>();
 }
 const Gossip* Simulation::gossip(std::uint32_t peer) const { return impl_->peers.at(peer).gossip(); }
+const PeerLoop* Simulation::loop(std::uint32_t peer) const { return impl_->peers.at(peer).loop.get(); }
 std::uint64_t Simulation::steps(std::uint32_t peer) const { return impl_->peer_steps(impl_->peers.at(peer)); }
 const std::vector<Sample>& Simulation::samples() const { return impl_->samples; }
 const Totals& Simulation::totals() const { return impl_->totals; }

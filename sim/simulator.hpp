@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/gossip.hpp"
+#include "core/peer_loop.hpp"
 #include "core/model.hpp"
 #include "sim/scenario.hpp"
 
@@ -115,6 +116,7 @@ class Simulation {
   PeerState state(std::uint32_t peer) const;
   std::span<const float> params(std::uint32_t peer) const;  // empty if it has no model
   const Gossip* gossip(std::uint32_t peer) const;            // null unless running
+  const PeerLoop* loop(std::uint32_t peer) const;            // null unless running
   std::uint64_t steps(std::uint32_t peer) const;
   // Mean parameters (in double) over the peers a sample would use; their count in `n`.
   std::vector<double> mean_params(std::size_t* n = nullptr) const;
