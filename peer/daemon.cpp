@@ -259,6 +259,7 @@ int Daemon::run() {
   gc.staleness = cfg_.staleness;
   gc.probe_interval_s = cfg_.probe_interval_s;
   gc.probe_timeout_s = std::min(0.25, cfg_.probe_interval_s / 2);
+  gc.join_timeout_s = cfg_.join_timeout_s;  // issue 16: --join-timeout
   // A resumed peer continues from its own saved model; peers starting a swarm together
   // (--min-peers) share their initialisation, so neither fetches the swarm's state.
   gc.fetch_state = !cfg_.resume && cfg_.min_peers <= 1;
@@ -298,6 +299,21 @@ int Daemon::run() {
       }
     }
   };
+
+  // issue 16, --join-timeout: wait until a member of the join list answers (or one reaches us);
+  // none within the deadline: exit 1. A peer in its own join list starts the swarm instead.
+  while (gossip.joining() && !stop_.load()) {
+    inbox.wait_for(std::chrono::milliseconds(5));
+    drain();
+  }
+  if (gossip.join_failed()) {
+    log_->error("{}; are the peers up? raise --join-timeout", gossip.join_failure());
+    metrics.write("join_failed", {{"reason", gossip.join_failure()}});
+    return 1;
+  }
+  if (gossip.founded())
+    log_->info("no other member of the join list answered within {:g} s: this peer starts the swarm", cfg_.join_timeout_s);
+  // (end of issue 16's join wait)
 
   if (cfg_.min_peers > 1) {
     const auto t_wait = Clock::now();
