@@ -172,7 +172,8 @@ case "${1:-}" in
   up) up ;;
   down) down; say "down" ;;
   status)
-    s="$(node_state)"
+    s=""
+    pid_alive "$dir/run/slurmctld.pid" && s="$(node_state)"
     [ -n "$s" ] || { say "not running ($conf)"; exit 1; }
     echo "localhost $s"
     ;;

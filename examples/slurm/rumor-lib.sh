@@ -74,8 +74,8 @@ rumor_summary() {
   echo "rumor: results in $RUMOR_OUT"
   for f in "$RUMOR_OUT"/peer-*.jsonl; do
     [ -e "$f" ] || continue
-    acc="$(grep '"event":"done"' "$f" | tail -n 1 | grep -o '"test_acc":[0-9.eE+-]*' | cut -d: -f2)"
-    steps="$(grep '"event":"done"' "$f" | tail -n 1 | grep -o '"steps":[0-9]*' | cut -d: -f2)"
+    acc="$(grep '"event":"done"' "$f" | tail -n 1 | grep -o '"test_acc":[0-9.eE+-]*' | cut -d: -f2 || true)"
+    steps="$(grep '"event":"done"' "$f" | tail -n 1 | grep -o '"steps":[0-9]*' | cut -d: -f2 || true)"
     if [ -n "$acc" ]; then echo "  $(basename "$f" .jsonl): test_acc $acc after $steps steps"
     else echo "  $(basename "$f" .jsonl): no done line (see $(basename "$f" .jsonl).log)"; fi
   done
