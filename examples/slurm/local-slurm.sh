@@ -81,16 +81,14 @@ install_packages() {
   command -v apt-get >/dev/null || cannot "packages missing (${missing[*]}) and no apt-get"
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # The packages' maintainer scripts try to start services; there is no init system to start
-  # them with here, and we start our own daemons anyway.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d.rumor && chmod +x /usr/sbin/policy-rc.d.rumor
-  local had_policy=0
-  [ -e /usr/sbin/policy-rc.d ] && had_policy=1
-  [ $had_policy -eq 1 ] || cp /usr/sbin/policy-rc.d.rumor /usr/sbin/policy-rc.d
-  local rc=0
+  # The packages' maintainer scripts try to start their services; there is no init system to
+  # start them with here, and we start our own daemons anyway: deny it for the install.
+  local made_policy=0 rc=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+  fi
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || rc=$?
-  [ $had_policy -eq 1 ] || rm -f /usr/sbin/policy-rc.d
-  rm -f /usr/sbin/policy-rc.d.rumor
+  [ $made_policy -eq 0 ] || rm -f /usr/sbin/policy-rc.d
   [ $rc -eq 0 ] || cannot "apt-get install ${missing[*]} failed"
 }
 
