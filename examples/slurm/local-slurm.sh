@@ -29,20 +29,25 @@ cannot() { say "cannot stand Slurm up: $*"; exit 77; }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# Waits up to wait_s for a command to succeed.
+# Waits up to wait_s seconds (wall clock) for a command to succeed; each try is cut at 5 s (a
+# Slurm client retries a dead controller for much longer than that on its own).
 wait_for() {
   local what="$1"
   shift
-  local i
-  for ((i = 0; i < wait_s * 10; i++)); do
-    "$@" >/dev/null 2>&1 && return 0
+  local deadline=$((SECONDS + wait_s))
+  while [ $SECONDS -lt $deadline ]; do
+    if declare -F "$1" >/dev/null; then
+      "$@" >/dev/null 2>&1 && return 0  # a function of ours: its Slurm calls have their own timeouts
+    else
+      timeout 5 "$@" >/dev/null 2>&1 && return 0
+    fi
     sleep 0.1
   done
   say "timed out after ${wait_s} s waiting for $what"
   return 1
 }
 
-node_state() { sinfo -h -N -n localhost -o %T 2>/dev/null | head -n 1; }
+node_state() { timeout 10 sinfo -h -N -n localhost -o %T 2>/dev/null | head -n 1; }
 
 stop_pidfile() {  # stop_pidfile NAME PIDFILE: SIGTERM, up to 10 s, then SIGKILL
   local name="$1" pf="$2" pid i
@@ -64,7 +69,7 @@ stop_pidfile() {  # stop_pidfile NAME PIDFILE: SIGTERM, up to 10 s, then SIGKILL
 
 down() {
   # Jobs first, so their steps do not outlive slurmd.
-  if pid_alive "$dir/run/slurmctld.pid"; then scancel --full --quiet --user="$(id -un)" 2>/dev/null || true; fi
+  if pid_alive "$dir/run/slurmctld.pid"; then timeout 10 scancel --full --quiet --user="$(id -un)" 2>/dev/null || true; fi
   stop_pidfile slurmd "$dir/run/slurmd.pid"
   stop_pidfile slurmctld "$dir/run/slurmctld.pid"
   stop_pidfile munged "$dir/run/munged.pid"
