@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by rumor.sbatch and rumor-hetjob.sbatch (sourced in the batch script, on the job's first
 # node): where Rumor is, node addresses, the join list, the requeue after a time limit and the
 # summary. Sourced, not run.
@@ -14,7 +15,10 @@ rumor_slurm_setup() {
     if [ -x "$RUMOR_HOME/build/peer/rumor-peer" ]; then RUMOR_PEER="$RUMOR_HOME/build/peer/rumor-peer"
     else RUMOR_PEER="$(command -v rumor-peer || true)"; fi
   fi
-  [ -n "$RUMOR_PEER" ] && [ -x "$RUMOR_PEER" ] || { echo "rumor: rumor-peer not found (build it, or set RUMOR_PEER)" >&2; exit 2; }
+  if [ -z "$RUMOR_PEER" ] || [ ! -x "$RUMOR_PEER" ]; then
+    echo "rumor: rumor-peer not found (build it, or set RUMOR_PEER)" >&2
+    exit 2
+  fi
   export RUMOR_PEER
   export RUMOR_OUT="${RUMOR_OUT:-$RUMOR_HOME/out/slurm-$SLURM_JOB_ID}"
   mkdir -p "$RUMOR_OUT"
@@ -27,11 +31,12 @@ rumor_slurm_setup() {
 rumor_resolve_nodes() {
   local nodes=() n ip list
   for list in "$@"; do
-    while read -r n; do nodes+=("$n"); done < <(scontrol show hostnames "$list")
+    while read -r n; do
+      case " ${nodes[*]} " in *" $n "*) ;; *) nodes+=("$n") ;; esac  # distinct nodes
+    done < <(scontrol show hostnames "$list")
   done
   RUMOR_NODE_ADDRS=""
   for n in "${nodes[@]}"; do
-    case " $RUMOR_NODE_ADDRS " in *" $n="*) continue ;; esac
     ip="$(getent ahostsv4 "$n" | awk 'NR == 1 { print $1 }')"
     [ -n "$ip" ] || { echo "rumor: cannot resolve node '$n' (getent ahostsv4)" >&2; exit 2; }
     if [[ "$ip" == 127.* ]] && [ "${#nodes[@]}" -gt 1 ] && [ -z "${RUMOR_LISTEN_HOST:-}" ]; then

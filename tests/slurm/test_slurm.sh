@@ -105,9 +105,9 @@ metric() { grep "\"event\":\"$3\"" "$1" | tail -n 1 | grep -o "\"$2\":[0-9.eE+-]
 check_peer() {
   local k="$1" want_peers="$2" f="$out/peer-$1.jsonl" acc ex peers
   [ -f "$f" ] || fail "peer-$k wrote no metrics (see $out/peer-$k.log)"
-  acc="$(metric "$f" test_acc done)"
+  acc="$(metric "$f" test_acc "done")"
   [ -n "$acc" ] || { tail -n 20 "$out/peer-$k.log" >&2; fail "peer-$k has no done line"; }
-  ex="$(metric "$f" exchanges done)"
+  ex="$(metric "$f" exchanges "done")"
   peers="$(grep '"event":"eval"' "$f" | grep -o '"peers":[0-9]*' | cut -d: -f2 | sort -n | tail -n 1 || true)"
   echo "   peer-$k: test_acc $acc, exchanges $ex, most peers in view $peers"
   /usr/bin/python3 -c "import sys; sys.exit(0 if float('$acc') >= float('$peer_bar') else 1)" ||
@@ -156,7 +156,7 @@ case "$case_" in
       # srun saw the killed task (non-zero step); the three others finished on their own.
       grep -q "srun exited 0" "$out/job.out" && fail "srun did not report the killed task"
       grep -q "peer-2: no done line" "$out/job.out" || fail "the batch script did not summarise the peers"
-      [ -z "$(metric "$out/peer-2.jsonl" test_acc done)" ] || fail "the killed peer wrote a done line"
+      [ -z "$(metric "$out/peer-2.jsonl" test_acc "done")" ] || fail "the killed peer wrote a done line"
       for k in 0 1 3; do
         check_peer "$k" 4
         grep -E '"event":"(dead|suspect)"' "$out/peer-$k.jsonl" | grep -q '"peer":"127.0.0.1:'$((base + 2))'"' ||
