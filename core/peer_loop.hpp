@@ -1,0 +1,165 @@
+// The loop around the gossip protocol, once, for every driver: when to step, when the
+// staleness bound holds a peer back, when to evaluate, when training stops, how a peer settles
+// afterwards, how long a joiner waits for the swarm's model and a leaver for its hand-over.
+// It is sans-I/O like Gossip (which it owns): it never waits, it says what to do next.
+//
+// Three drivers carry its actions out:
+//  - rumor-peer (peer/daemon.cpp): real time; a Wait blocks on the inbox until `until` or an
+//    input arrives;
+//  - rumor-sim (sim/): virtual time; a Wait schedules an event at `until` (an input delivered
+//    meanwhile calls next() at once);
+//  - the Python module (python/): the user's torch loop; a Step returns control to the user,
+//    whose optimizer step ends with step_done().
+//
+// The driver's own part of the contract (one thread, the one that calls everything here):
+//  1. hand every input (messages, timers, send failures) to gossip() *before* calling next(),
+//     and once more between a step's forward/backward and its optimizer update ("mid-step
+//     drain": the parameters are not in use then);
+//  2. carry out the action next() returned, then call next() again (after a Step: step_done()
+//     first; after Evaluate: nothing to report);
+//  3. call request_stop() for a graceful leave (SIGTERM, a churn event, close()).
+//
+// Phases, in order (each can be skipped): MinPeers (wait until `min_peers` are in view) ->
+// State (a joiner waits for the swarm's model: at most `state_wait_s`) -> Training (first
+// evaluation; then {staleness wait; step} until a stop rule) -> Settling (no training; keep
+// exchanging at training's pace until the models agree: at most `settle_s`) -> Leaving
+// (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> final evaluation -> Exit.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/env.hpp"
+#include "core/gossip.hpp"
+#include "core/loop_model.hpp"
+
+namespace rumor {
+
+// Every knob of a peer's loop, set by the daemon from its flags, by the simulator from a
+// scenario, by the Python module from its arguments. Documented constants are below.
+struct LoopSettings {
+  GossipConfig gossip;  // the protocol's own knobs (probe_timeout_s: see resolved())
+  // Stop rules: training ends at the first that holds (0: not used; none set: only a stop
+  // request ends it, as in the Python module where the user's loop decides).
+  std::uint64_t steps = 0;
+  double epochs = 0;
+  double duration_s = 0;         // seconds since training began
+  // Evaluations (off in the Python module and in simulations without peer_evals): when
+  // training begins (after any state transfer), every `eval_every` steps (0: at each whole
+  // epoch), and once at the end.
+  bool evaluate = true;
+  std::uint64_t eval_every = 0;
+  std::size_t min_peers = 1;     // wait for this many peers (ourselves included) before training
+  double min_peers_timeout_s = 120;  // ... then train anyway
+  double state_wait_s = 60;      // a joiner without the swarm's model by then trains from its own
+  double leave_wait_s = 4;       // a leaving peer exits by then even without a LeaveAck
+  double settle_s = 3;           // after training, keep averaging (no training) up to this long
+  // Fills what is derived: probe_timeout_s NaN -> min(0.25, probe_interval_s / 2).
+  LoopSettings resolved() const;
+
+  // Documented constants (docs/ARCHITECTURE.md "One loop").
+  static constexpr double kIdleInterval = 0.005;   // Gossip::on_idle at most this often while waiting
+  static constexpr double kSettleMinTick = 0.002;  // settling exchanges at most every 2 ms
+  static constexpr double kSettleTickUntrained = 0.01;  // ... and every 10 ms if no step was timed
+  static constexpr double kSettledDistance = 1e-6; // an exchange with a model this close: "close"
+  static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
+  static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
+};
+
+// What the driver does next.
+struct LoopAction {
+  enum class Kind {
+    Step,      // one training step, then step_done()
+    Wait,      // handle inputs as they come; call next() after each, and at `until` at the latest
+    Evaluate,  // evaluate the live parameters and report it (`final`: the last one)
+    Exit,      // done: `exit_code` 0 (finished or left), 1 (diverged)
+  } kind = Kind::Wait;
+  double until = 0;
+  bool final = false;
+  int exit_code = 0;
+};
+
+enum class LoopPhase { Idle, MinPeers, State, Training, Settling, Leaving, Final, Exited };
+const char* loop_phase_name(LoopPhase p);
+
+// What the loop measured, for progress lines and metrics.
+struct LoopStats {
+  std::uint64_t waits = 0;       // times the staleness bound held us back
+  double wait_seconds = 0;
+  std::int64_t max_gap = 0;      // largest clock - slowest at a step start since the last evaluation
+  double train_seconds = 0;      // time in steps (the driver's measure), for samples/s
+  double interval_seconds = 0;   // ... since the last evaluation
+  std::uint64_t interval_samples = 0;
+  double training_started = -1;  // env time training began (after the state wait); -1 before
+  double training_ended = -1;    // env time the training loop ended
+  bool diverged = false;
+};
+
+class PeerLoop {
+ public:
+  PeerLoop(Env& env, const LoopSettings& settings, MemberDigest self, std::string fingerprint, LoopModel& model);
+
+  // Joins through `seeds` (none: a new swarm of one) and enters the first phase.
+  void start(const std::vector<PeerId>& seeds);
+  // What to do now (see the contract at the top). Idempotent between inputs: calling it again
+  // without anything having happened returns the same Wait.
+  LoopAction next();
+  // The Step just carried out: its loss (non-finite: training diverged, exit 1), its compute
+  // seconds and the samples it used.
+  void step_done(double loss, double seconds, std::uint64_t batch_samples);
+  // Graceful leave at the next boundary (announce, hand the model over), then exit 0.
+  void request_stop();
+  bool stop_requested() const { return stop_requested_; }
+
+  Gossip& gossip() { return gossip_; }
+  const Gossip& gossip() const { return gossip_; }
+  LoopPhase phase() const { return phase_; }
+  const LoopStats& stats() const { return stats_; }
+  const LoopSettings& settings() const { return s_; }
+  // Evaluations report samples/s over the interval since the previous one: the driver calls
+  // this after reporting one.
+  void reset_interval();
+  // Exchanges completed, as initiator and as responder.
+  std::uint64_t exchanges() const { return gossip_.stats().exchanges + gossip_.stats().answered; }
+
+ private:
+  bool stop_rule() const;
+  bool eval_due() const;
+  void enter(LoopPhase p);
+  LoopAction wait_until(double t) { return {LoopAction::Kind::Wait, t}; }
+  void begin_training();
+  LoopAction training_top();
+  LoopAction after_training();
+  LoopAction begin_leave();
+  LoopAction settle_next();
+  void idle_if_due(double interval);  // Gossip::on_idle, at most once per `interval`
+  void emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
+            std::string reason);
+
+  Env& env_;
+  LoopSettings s_;
+  LoopModel& model_;
+  Gossip gossip_;
+  LoopPhase phase_ = LoopPhase::Idle;
+  LoopStats stats_;
+  bool stop_requested_ = false;
+  double phase_start_ = 0;
+  double last_idle_ = -1;        // env time of the last Gossip::on_idle
+  bool first_eval_pending_ = false, eval_pending_ = false;
+  std::uint64_t next_epoch_eval_ = 1;
+  // The staleness wait in progress.
+  bool waiting_stale_ = false;
+  double stale_since_ = 0;
+  std::uint64_t wait_slowest_ = 0;
+  // Settling.
+  double settle_tick_ = 0;
+  std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;
+  int settle_close_ = 0;
+  bool final_eval_done_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace rumor
