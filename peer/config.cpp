@@ -65,6 +65,10 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_net)->capture_default_str();
   app.add_option("--join", c.join, "Any live members to join through, HOST:PORT[,HOST:PORT...] (none: start a new swarm)")
       ->group(g_net)->delimiter(',');
+  app.add_option("--join-timeout", c.join_timeout_s,
+                 "Keep retrying the --join list (every second) this long for a member to answer, then exit 1; "
+                 "a peer listed in its own --join list starts the swarm instead (cluster peers start in any order)")
+      ->group(g_net)->check(CLI::Range(0.01, 1e9))->capture_default_str();
   app.add_option("--local-steps", c.local_steps, "Exchange parameters every H local steps")
       ->group(g_net)->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))->capture_default_str();
   app.add_option("--mix-weight", c.mix_weight, "Averaging weights: uniform, or samples (by samples processed)")

@@ -29,6 +29,7 @@ struct Config {
   // Network and gossip
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> join;     // HOST:PORT of any live members
+  double join_timeout_s = 120;       // keep retrying --join this long, then exit 1 (peers start in any order)
   std::uint64_t local_steps = 1;     // H
   std::string mix_weight = "uniform";
   double exchange_timeout_s = 5.0;
