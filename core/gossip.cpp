@@ -30,6 +30,8 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
     case K::StateReceived: return "state_received";
     case K::StateFailed: return "state_failed";
     case K::Handover: return "handover";
+    case K::JoinFailed: return "join_failed";
+    case K::Founded: return "founded";
     case K::PeersInView: return "peers_in_view";
     case K::Training: return "training";
     case K::Diverged: return "diverged";

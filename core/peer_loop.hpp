@@ -19,7 +19,9 @@
 //     first; after Evaluate: nothing to report);
 //  3. call request_stop() for a graceful leave (SIGTERM, a churn event, close()).
 //
-// Phases, in order (each can be skipped): MinPeers (wait until `min_peers` are in view) ->
+// Phases, in order (each can be skipped): Joining (only with a finite join_timeout_s: until a
+// member of the join list answers; none by the deadline: exit 1, unless we are in our own join
+// list, then we start the swarm) -> MinPeers (wait until `min_peers` are in view) ->
 // State (a joiner waits for the swarm's model: at most `state_wait_s`) -> Training (first
 // evaluation; then {staleness wait; step} until a stop rule) -> Settling (no training; keep
 // exchanging at training's pace until the models agree: at most `settle_s`) -> Leaving
@@ -82,7 +84,7 @@ struct LoopAction {
   int exit_code = 0;
 };
 
-enum class LoopPhase { Idle, MinPeers, State, Training, Settling, Leaving, Final, Exited };
+enum class LoopPhase { Idle, Joining, MinPeers, State, Training, Settling, Leaving, Final, Exited };
 const char* loop_phase_name(LoopPhase p);
 
 // What the loop measured, for progress lines and metrics.

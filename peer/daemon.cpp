@@ -143,7 +143,7 @@ int Daemon::run() {
   gc.suspect_after_failures = cfg_.suspect_after;
   gc.suspect_timeout_s = cfg_.suspect_timeout_s;
   gc.join_retry_s = cfg_.join_retry_s;
-  gc.join_timeout_s = cfg_.join_timeout_s;  // issue 16: --join-timeout
+  gc.join_timeout_s = cfg_.join_timeout_s;
   gc.digest_limit = cfg_.digest_limit;
   gc.probe_interval_s = cfg_.probe_interval_s;
   gc.probe_timeout_s = cfg_.probe_timeout_s;  // NaN (the default): derived, LoopSettings::resolved()
@@ -204,18 +204,6 @@ int Daemon::run() {
   if (cfg_.min_peers > 1)
     log_->info("waiting for {} peers before training (up to {:.0f} s)", cfg_.min_peers, cfg_.min_peers_timeout_s);
   rt.start(resume_view);
-  // issue 16, --join-timeout: wait until a member of the join list answers (or one reaches us);
-  // none within the deadline: exit 1. A peer in its own join list starts the swarm instead.
-  while (rt.gossip().joining() && !stop_.load()) rt.wait(rt.now() + 0.1, &stop_);
-  if (rt.gossip().join_failed()) {
-    log_->error("{}; are the peers up? raise --join-timeout", rt.gossip().join_failure());
-    metrics.write("join_failed", {{"reason", rt.gossip().join_failure()}});
-    rt.close(1.0);
-    return 1;
-  }
-  if (rt.gossip().founded())
-    log_->info("no other member of the join list answered within {:g} s: this peer starts the swarm", cfg_.join_timeout_s);
-  // (end of issue 16's join wait)
 
   PeerLoop& loop = rt.loop();
   Gossip& gossip = rt.gossip();
@@ -324,6 +312,10 @@ int Daemon::run() {
     }
   }
   const LoopStats& st = loop.stats();
+  if (st.training_started < 0) {  // never trained: the join failed, or a stop came first
+    rt.close(1.0);
+    return rc;
+  }
   const double t_start = std::max(st.training_started, 0.0), t_end = st.training_ended >= 0 ? st.training_ended : rt.now();
   const net::TransportStats ts = rt.transport_stats();
   const double sps = st.train_seconds > 0 ? static_cast<double>(trainer.samples()) / st.train_seconds : 0.0;

@@ -738,6 +738,8 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
     case K::StateReceived: log(p, "state_received", e.peer, e.other, 0, e.reason); break;
     case K::StateFailed: log(p, "state_failed", e.peer, e.clock, 0, e.reason); break;
     case K::Handover: log(p, "handover", e.peer, e.other, e.distance, e.reason); break;
+    case K::JoinFailed: log(p, "join_failed", "", e.clock, e.seconds, e.reason); break;
+    case K::Founded: log(p, "founded", "", e.clock, e.seconds, ""); break;
     case K::PeersInView: log(p, "peers_in_view", "", e.clock, static_cast<double>(e.other), e.reason); break;
     case K::Training:
       if (!e.reason.empty()) log(p, "state_wait_over", "", e.clock, e.seconds, "no model from the swarm (" + e.reason + "): training from our own initialisation");
