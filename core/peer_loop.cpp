@@ -254,9 +254,10 @@ LoopAction PeerLoop::begin_leave() {
   return next();
 }
 
-// One pass of settling: on_idle once a tick has passed, then the end tests: time up, nobody
-// left, or settled (no live peer behind our clock, and kSettledClose exchanges in a row with
-// (numerically) the same model, or kSettledInitiated started since settling began).
+// One pass of settling: on_idle once a tick has passed, then the end tests: time up (settle_s,
+// or settle_max_s while a live peer is behind our clock), nobody left, or settled (no live peer
+// behind our clock, and kSettledClose exchanges in a row with (numerically) the same model, or
+// kSettledInitiated started since settling began).
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
   idle_if_due(settle_tick_);
@@ -264,17 +265,19 @@ LoopAction PeerLoop::settle_next() {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
   }
-  const bool settled = gossip_.slowest_clock() >= model_.steps() &&
-                       (settle_close_ >= LoopSettings::kSettledClose ||
-                        gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
-  if (now - phase_start_ >= s_.settle_s - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
+  const bool others_training = gossip_.slowest_clock() < model_.steps();
+  const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
+                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
+  const double elapsed = now - phase_start_;
+  const double cap = others_training ? std::max(s_.settle_s, s_.settle_max_s) : s_.settle_s;
+  if (elapsed >= cap - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, "");
     if (stop_requested_) return begin_leave();
     enter(LoopPhase::Final);
     return next();
   }
-  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + s_.settle_s));
+  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + cap));
 }
 
 }  // namespace rumor

@@ -83,6 +83,10 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "After training, keep averaging with neighbours (no training) for up to SEC seconds, so the "
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_option("--settle-max", c.settle_max_s,
+                 "While a peer in the view is still training (behind our step count), settle up to SEC seconds, so "
+                 "the last to finish still has neighbours to average with (at least --settle)")
+      ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
 
   app.add_option("--probe-interval", c.probe_interval_s,
                  "SWIM failure detector period: a silent peer is probed, then suspected, then dead after --suspect-timeout")

@@ -55,6 +55,7 @@ struct Config {
   double checkpoint_every_s = 30;
   bool resume = false;
   double settle_s = 3.0;             // after training: keep averaging (no training) up to this long
+  double settle_max_s = 60;          // ... and up to this long while a live peer is still training
   double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
   std::string codec = "none";
   double throttle = 1.0;             // run this many times slower

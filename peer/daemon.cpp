@@ -164,6 +164,7 @@ int Daemon::run() {
   ls.state_wait_s = cfg_.state_wait_s;
   ls.leave_wait_s = cfg_.leave_wait_s;
   ls.settle_s = cfg_.settle_s;
+  ls.settle_max_s = cfg_.settle_max_s;
   RuntimeOptions ro;
   ro.listen = cfg_.listen;
   ro.join = cfg_.join;

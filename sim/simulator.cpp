@@ -70,6 +70,7 @@ LoopSettings loop_settings(const Scenario& s) {
   ls.state_wait_s = s.state_wait;
   ls.leave_wait_s = s.leave_wait;
   ls.settle_s = s.settle;
+  ls.settle_max_s = s.settle_max;
   return ls;
 }
 

@@ -1,14 +1,11 @@
 // The discrete-event simulator: many peers running core's real Gossip protocol and Trainer
 // behind a simulated Env (virtual time), in one thread.
 //
-// What a peer does mirrors rumor-peer's compute loop (peer/daemon.cpp) so a study predicts a
-// real run:
-//   load (class `start` s) -> Gossip::start(seeds) -> [wait for the swarm's model] -> [eval] ->
-//   repeat until a stop rule: { drain; [staleness wait]; compute_gradient; drain;
-//                               apply_gradient; on_step_done; [eval every epoch / N steps] }
-//   -> drain -> settle (no training; on_idle at the training cadence, until `settle` s, no
-//      live peer, or settled) -> [final eval] -> Gossip::leave(false) -> exit (from then on,
-//      connections to it are refused).
+// What a peer does is rumor-peer's loop itself: core's PeerLoop (core/peer_loop.hpp), driven
+// here with virtual time, so a study predicts a real run:
+//   load (class `start` s) -> PeerLoop::start(seeds) -> then whatever it says: Step (its math
+//   at the mid-step boundary, inputs held to its end), Wait (inputs handled as they come; one
+//   event at `until`), Evaluate (holds the peer eval_time), Exit.
 // "drain" hands the inputs queued during the step (messages, timers, send failures) to Gossip
 // in arrival order. A peer that is not in a step (settling; training off) handles inputs as
 // they arrive. Gossip is therefore only ever called between steps, as its contract requires.
