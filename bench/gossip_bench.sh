@@ -2,7 +2,7 @@
 # Gossip benchmark of Rumor: see bench/README.md, "Gossip over TCP".
 #
 #   bench/gossip_bench.sh [--build DIR] [--no-build] [--rounds N] [--peers N] [--epochs E]
-#                         [--eval-every N] [--target ACC] [--data DIR]
+#                         [--eval-every N] [--target ACC] [--data DIR] [--model SPEC] [--lr X]
 #                         [--openblas auto|off|DIR] [--fetch-openblas] [--run-timeout S]
 #                         [--exchange-args "ARGS"] [--skip-exchange] [--skip-rumor] [--skip-ddp]
 #
@@ -12,7 +12,8 @@
 #    real transport on loopback, interleaved with a plain TCP copy of the same bytes);
 # 3. --rounds times (default 3), one after the other, never at the same time:
 #    - the quickstart configuration: --peers (4) rumor-peer processes on 127.0.0.1, shards
-#      1/N..N/N, the default model (mlp:256,128), Adam 1e-3, batch 64, --epochs (3) epochs,
+#      1/N..N/N, the default model (mlp:256,128; or --model SPEC, e.g. a cnn: spec, which the
+#      DDP side does not build: pass --skip-ddp with it), Adam --lr (1e-3), batch 64, --epochs (3) epochs,
 #      --min-peers N, --eval-every (50); from the metrics files: each peer's wall time from
 #      the start of training (its first eval line) to its first eval with test_acc >= --target
 #      (0.85), the MB it sent, its final accuracy;
@@ -42,9 +43,11 @@ exchange_args=""
 skip_exchange=0
 skip_rumor=0
 skip_ddp=0
+model=""
+lr=""
 python="${RUMOR_BENCH_PYTHON:-/usr/bin/python3}"  # the Python with torch (Debian: python3-torch)
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$(realpath -m "$2")"; shift 2 ;;
@@ -55,6 +58,8 @@ while [[ $# -gt 0 ]]; do
     --eval-every) eval_every="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
     --data) data="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
     --openblas) openblas="$2"; shift 2 ;;
     --fetch-openblas) fetch_openblas=1; shift ;;
     --run-timeout) run_timeout="$2"; shift 2 ;;
@@ -174,6 +179,8 @@ run_swarm() {  # run_swarm OUT_DIR: N peers, waits for all (bounded), 0 if every
   mkdir -p "$out"
   pids=()
   local common=(--epochs "$epochs" --min-peers "$peers" --eval-every "$eval_every" --threads 1)
+  [[ -z $model ]] || common+=(--model "$model")
+  [[ -z $lr ]] || common+=(--lr "$lr")
   timeout "$run_timeout" "$peer" --listen 127.0.0.1:0 --shard "1/$peers" --name p1 --metrics "$out/p1.jsonl" \
     "${common[@]}" --data "$data" 2>"$out/p1.log" &
   pids+=($!)
