@@ -305,7 +305,7 @@ done
 row() { printf '%-34s %14s %10s %16s   %s\n' "$1" "$2" "$3" "$4" "${5:-}"; }
 echo
 echo "== results: $(date -u +%Y-%m-%d), ${lscpu_model:-unknown CPU} ($cores cores); $peers processes per system, one"
-echo "   thread each, $epochs epochs, batch 64, Adam 1e-3, mlp 784-256-128-10; eval every $eval_every steps;"
+echo "   thread each, $epochs epochs, batch 64, Adam ${lr:-1e-3}, ${model:-mlp 784-256-128-10}; eval every $eval_every steps;"
 echo "   medians over $rounds rounds (time to $target: wall seconds from the start of training)"
 if [[ -f "$results/exchange.txt" ]]; then
   x="$results/exchange.txt"
@@ -318,7 +318,7 @@ if [[ $skip_rumor == 0 ]]; then
     "$(fmt 1 "$(median "${r_rmb[@]}")")" "rounds: ${r_rt[*]}; peers reaching it: ${r_reached[*]}"
   row "rumor (slowest peer)" "$(fmt 2 "$(median "${r_rtmax[@]}")")" "" "" "rounds: ${r_rtmax[*]}"
   row "rumor, MB sent by the target" "" "" "$(fmt 1 "$(median "${r_rmbt[@]}")")" \
-    "whole run (3 epochs + settle) $(fmt 1 "$(median "${r_rwall[@]}")") s"
+    "whole run ($epochs epochs + settle) $(fmt 1 "$(median "${r_rwall[@]}")") s"
 fi
 if [[ -n $pt_note ]]; then
   row "pytorch ddp (gloo)" "-" "-" "-" "$pt_note"

@@ -265,9 +265,13 @@ int main(int argc, char** argv) {
               trainer.model().fingerprint().c_str(), trainer.model().param_count(),
               trainer.optimizer().name().c_str(), args.lr, args.batch, rumor::math_threads(),
               EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
-  std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each), interleaved in "
-              "chunks of %d steps; ceiling = %zu matrix products per step (%.1f MFLOP)\n",
-              args.reps, args.steps, args.warmup, args.chunk, ceiling.products(), 1e-6 * ceiling.flops());
+  if (dense)
+    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each), interleaved in "
+                "chunks of %d steps; ceiling = %zu matrix products per step (%.1f MFLOP)\n",
+                args.reps, args.steps, args.warmup, args.chunk, ceiling.products(), 1e-6 * ceiling.flops());
+  else
+    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each); no GEMM ceiling for a "
+                "convolutional model\n", args.reps, args.steps, args.warmup);
   std::fflush(stdout);
 
   const double samples_per_rep = static_cast<double>(args.steps) * static_cast<double>(args.batch);
