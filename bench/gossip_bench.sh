@@ -3,6 +3,7 @@
 #
 #   bench/gossip_bench.sh [--build DIR] [--no-build] [--rounds N] [--peers N] [--epochs E]
 #                         [--eval-every N] [--target ACC] [--data DIR] [--model SPEC] [--lr X]
+#                         [--peer-args "FLAGS"]
 #                         [--openblas auto|off|DIR] [--fetch-openblas] [--run-timeout S]
 #                         [--exchange-args "ARGS"] [--skip-exchange] [--skip-rumor] [--skip-ddp]
 #
@@ -14,6 +15,7 @@
 #    - the quickstart configuration: --peers (4) rumor-peer processes on 127.0.0.1, shards
 #      1/N..N/N, the default model (mlp:256,128; or --model SPEC, e.g. a cnn: spec, which the
 #      DDP side does not build: pass --skip-ddp with it), Adam --lr (1e-3), batch 64, --epochs (3) epochs,
+#      plus any --peer-args (e.g. "--lr-schedule cosine"),
 #      --min-peers N, --eval-every (50); from the metrics files: each peer's wall time from
 #      the start of training (its first eval line) to its first eval with test_acc >= --target
 #      (0.85), the MB it sent, its final accuracy;
@@ -45,9 +47,10 @@ skip_rumor=0
 skip_ddp=0
 model=""
 lr=""
+peer_args=""
 python="${RUMOR_BENCH_PYTHON:-/usr/bin/python3}"  # the Python with torch (Debian: python3-torch)
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$(realpath -m "$2")"; shift 2 ;;
@@ -60,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     --data) data="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
+    --peer-args) peer_args="$2"; shift 2 ;;
     --openblas) openblas="$2"; shift 2 ;;
     --fetch-openblas) fetch_openblas=1; shift ;;
     --run-timeout) run_timeout="$2"; shift 2 ;;
@@ -181,6 +185,8 @@ run_swarm() {  # run_swarm OUT_DIR: N peers, waits for all (bounded), 0 if every
   local common=(--epochs "$epochs" --min-peers "$peers" --eval-every "$eval_every" --threads 1)
   [[ -z $model ]] || common+=(--model "$model")
   [[ -z $lr ]] || common+=(--lr "$lr")
+  # shellcheck disable=SC2206  # word splitting wanted: extra rumor-peer flags
+  [[ -z $peer_args ]] || common+=($peer_args)
   timeout "$run_timeout" "$peer" --listen 127.0.0.1:0 --shard "1/$peers" --name p1 --metrics "$out/p1.jsonl" \
     "${common[@]}" --data "$data" 2>"$out/p1.log" &
   pids+=($!)
