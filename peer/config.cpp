@@ -30,7 +30,7 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_data)->capture_default_str();
 
   auto* g_model = "Model and optimizer";
-  app.add_option("--model", c.model, "mlp:W1[,W2...] (ReLU hidden layers), logreg or linreg")
+  app.add_option("--model", c.model, "mlp:W1[,W2...] (ReLU hidden layers), logreg, linreg, or cnn:[iHxWxC,]TOKEN,... with TOKEN cNkK[sS][pP] (N KxK filters, stride S, padding P, ReLU), pK (KxK max pool) or fN (dense ReLU layer), e.g. cnn:c32k5,p2,c64k5,p2,f1024; input HxWxC defaults to a square single-channel image")
       ->group(g_model)->capture_default_str();
   app.add_option("--optimizer", c.optimizer.kind, "adam, adamw or sgd")
       ->group(g_model)->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str();
