@@ -2,7 +2,7 @@
 # Sourced, not run.
 
 RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libcereal-dev
-  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev libxxhash-dev openssl dataset-fashion-mnist
+  libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev libxxhash-dev libfmt-dev nlohmann-json3-dev openssl dataset-fashion-mnist
   python3-matplotlib python3-yaml clang libclang-rt-dev)  # clang + libclang-rt-dev: libFuzzer (tests/run.sh);
 # python3-yaml: tests/k8s. The Slurm test's packages are installed by examples/slurm/local-slurm.sh.
 

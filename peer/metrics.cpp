@@ -1,35 +1,13 @@
 #include "peer/metrics.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 namespace rumor::peer {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += ch;
-        }
-    }
-  }
-  return o;
-}
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
@@ -47,38 +25,13 @@ double MetricsWriter::elapsed() const {
 
 void MetricsWriter::write(const char* event, std::initializer_list<Field> fields) {
   if (!f_) return;
-  std::string line;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "{\"t\":%.4f,\"event\":\"", elapsed());
-  line += buf;
-  line += event;
-  line += '"';
-  for (const Field& f : fields) {
-    line += ",\"";
-    line += f.key;
-    line += "\":";
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, double>) {
-            if (std::isfinite(v)) {
-              // Large values (wall-clock times, byte counts as doubles) keep millisecond digits.
-              std::snprintf(buf, sizeof buf, std::abs(v) >= 1e6 ? "%.3f" : "%.6g", v);
-              line += buf;
-            } else {
-              line += "null";  // JSON has no NaN/Inf
-            }
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            line += '"' + json_escape(v) + '"';
-          } else if constexpr (std::is_same_v<T, bool>) {
-            line += v ? "true" : "false";
-          } else {
-            line += std::to_string(v);
-          }
-        },
-        f.value);
-  }
-  line += "}\n";
+  nlohmann::ordered_json j;
+  j["t"] = std::round(elapsed() * 1e4) / 1e4;  // 0.1 ms is plenty, and keeps lines short
+  j["event"] = event;
+  for (const Field& f : fields) std::visit([&](const auto& v) { j[f.key] = v; }, f.value);
+  // One line of compact JSON; NaN and Inf come out as null (JSON has neither), invalid UTF-8
+  // in a string (a peer's reason text) as U+FFFD.
+  const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard<std::mutex> lk(mu_);
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);

@@ -37,6 +37,5 @@ class MetricsWriter {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-std::string json_escape(const std::string& s);
 
 }  // namespace rumor::peer

@@ -60,13 +60,9 @@ std::string timeseries_csv_of(const std::vector<Sample>& samples);
 void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
                         const std::function<EvalResult(std::size_t)>& eval);
 
-// What every kind of run (Simulation, AlgorithmRun) writes its outputs with (simulator.cpp).
-std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));  // printf to a string
-std::string json_number(double x);              // %.9g, or null for NaN and Inf
-std::string json_string(const std::string& s);  // quoted and escaped
+// What every kind of run (Simulation, AlgorithmRun) writes its outputs with (simulator.cpp;
+// the JSON and formatting helpers are in sim/output.hpp).
 inline constexpr const char* kEventsCsvHeader = "time,peer,event,other,clock,value,detail\n";
-// The `"final": {...}` object of summary.json: the last sample's time, accuracy, loss, ...
-std::string final_sample_json(const Sample& last);
 // DIR/timeseries.csv, DIR/events.csv and DIR/summary.json (DIR created if missing); throws
 // std::runtime_error naming the path that could not be written.
 void write_run_outputs(const std::string& dir, const std::string& timeseries, const std::string& events,

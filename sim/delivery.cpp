@@ -1,0 +1,176 @@
+// Inputs of simulated peers: the network hand-over (send, deliver, refusals), inboxes held
+// during steps, and protocol events turned into events.csv rows and totals.
+#include "sim/simulation_impl.hpp"
+#include "sim/output.hpp"
+
+namespace rumor::sim {
+
+// ---------------------------------------------------------------- inputs
+
+void Simulation::Impl::offer(Peer& p, Input in) {
+  if (p.busy) {
+    p.inbox.push_back(in);
+    return;
+  }
+  handle(p, in);
+  if (p.busy || !p.running()) return;
+  if (p.waiting) act(p);
+}
+
+void Simulation::Impl::handle(Peer& p, const Input& in) {
+  switch (in.kind) {
+    case Input::Kind::Message: {
+      // Move the message out first: the handler sends, which may grow the slab.
+      const std::uint32_t from = slots[in.arg].from;
+      const Message m = std::move(slots[in.arg].msg);
+      free_slot(in.arg);
+      if (m.payload) p.pending_cpu += s.classes[p.cls].exchange_cpu;
+      p.gossip()->on_message(peers[from].id, m);
+      break;
+    }
+    case Input::Kind::Timer:
+      p.gossip()->on_timer(in.arg);
+      break;
+    case Input::Kind::SendFailed:
+      p.gossip()->on_send_failed(peers[in.other].id, "connection refused");
+      break;
+  }
+}
+
+void Simulation::Impl::drain(Peer& p) {
+  while (!p.inbox.empty()) {
+    scratch.clear();
+    scratch.swap(p.inbox);
+    for (const Input& in : scratch) handle(p, in);
+  }
+  // Keep the larger (now empty) buffer with the peer: its inbox refills without allocating.
+  scratch.clear();
+  if (p.inbox.capacity() < scratch.capacity()) p.inbox.swap(scratch);
+}
+
+void Simulation::Impl::release_inbox(Peer& p) {
+  for (const Input& in : p.inbox)
+    if (in.kind == Input::Kind::Message) free_slot(in.arg);
+  p.inbox.clear();
+  p.inbox.shrink_to_fit();
+}
+
+std::uint32_t Simulation::Impl::put_slot(Slot&& sl) {
+  if (free_slots.empty()) {
+    slots.push_back(std::move(sl));
+    return static_cast<std::uint32_t>(slots.size() - 1);
+  }
+  const std::uint32_t i = free_slots.back();
+  free_slots.pop_back();
+  slots[i] = std::move(sl);
+  return i;
+}
+
+void Simulation::Impl::free_slot(std::uint64_t i) {
+  slots[i].msg = Message{};
+  free_slots.push_back(static_cast<std::uint32_t>(i));
+}
+
+void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg) {
+  Peer& f = peers[from];
+  ++totals.messages;
+  const std::int64_t to = peer_index(to_id);
+  if (to < 0 || to >= static_cast<std::int64_t>(peers.size()) || to == from) {
+    ++totals.dropped;  // no such address: nobody answers
+    return;
+  }
+  Peer& t = peers[static_cast<std::size_t>(to)];
+  const auto ti = static_cast<std::uint32_t>(to);
+  if (!t.running()) {
+    // Nothing listens there (not started yet, exited, crashed): the connect is refused.
+    ++totals.refused;
+    schedule(now + net->refused_after(from, ti), EventKind::SendFailed, from, f.life, ti);
+    return;
+  }
+  if (net->partitioned(from, ti, now)) {
+    ++totals.dropped;
+    return;
+  }
+  const std::uint64_t bytes = 32 + msg.header.size() + msg.payload_size();
+  f.bytes_sent += bytes;
+  totals.bytes += bytes;
+  if (msg.payload) f.pending_cpu += s.classes[f.cls].exchange_cpu;
+  const double at = net->transmit(from, ti, bytes, now);
+  if (at < 0) {
+    ++totals.dropped;
+    return;
+  }
+  Slot sl;
+  sl.msg = std::move(msg);
+  sl.from = from;
+  sl.to = ti;
+  sl.from_life = f.life;
+  sl.to_life = t.life;
+  sl.bytes = bytes;
+  schedule(at, EventKind::Deliver, ti, t.life, put_slot(std::move(sl)));
+}
+
+void Simulation::Impl::deliver(const Event& e) {
+  Peer& t = peers[e.peer];
+  const Slot& sl = slots[e.arg];
+  const std::uint32_t from = sl.from, from_life = sl.from_life;
+  if (net->partitioned(from, e.peer, now)) {
+    ++totals.dropped;
+    free_slot(e.arg);
+    return;
+  }
+  if (!t.running() || t.life != sl.to_life) {
+    // It died while the message was on its way: the connection is reset.
+    ++totals.refused;
+    free_slot(e.arg);
+    schedule(now + net->latency(e.peer, from), EventKind::SendFailed, from, from_life, e.peer);
+    return;
+  }
+  t.bytes_recv += sl.bytes;
+  offer(t, {Input::Kind::Message, from, e.arg});
+}
+
+void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e) {
+  using K = ProtocolEvent::Kind;
+  const Peer& p = peers[peer];
+  switch (e.kind) {
+    case K::ExchangeDone:
+      if (e.reason == "initiator") ++totals.exchanges; else ++totals.answered;
+      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, fmt::format("{} rtt={:.6f} peer_clock={}", e.reason, e.seconds, e.other));
+      break;
+    case K::ExchangeFailed:
+      ++totals.failed;
+      log(p, "exchange_failed", e.peer, e.clock, 0, e.reason);
+      break;
+    case K::ExchangeDeclined:
+      ++totals.declined;
+      if (s.log_exchanges) log(p, "exchange_declined", e.peer, e.clock, 0, e.reason);
+      break;
+    case K::Rejected:
+      ++totals.rejected;
+      log(p, "rejected", e.peer, e.clock, 0, e.reason);
+      break;
+    case K::Joined: log(p, "joined", e.peer, e.clock, 0, ""); break;
+    case K::Join:
+      if (s.log_views) log(p, "view_join", e.peer, e.clock, 0, "");
+      break;
+    case K::Leave: log(p, "view_leave", e.peer, e.clock, 0, ""); break;
+    case K::Dead: log(p, "view_dead", e.peer, e.clock, 0, ""); break;
+    case K::Suspect: log(p, "view_suspect", e.peer, e.clock, 0, ""); break;
+    case K::Wait: log(p, "wait", e.peer, e.clock, e.seconds, fmt::format("slowest={}", e.other)); break;
+    case K::StateReceived: log(p, "state_received", e.peer, e.other, 0, e.reason); break;
+    case K::StateFailed: log(p, "state_failed", e.peer, e.clock, 0, e.reason); break;
+    case K::Handover: log(p, "handover", e.peer, e.other, e.distance, e.reason); break;
+    case K::JoinFailed: log(p, "join_failed", "", e.clock, e.seconds, e.reason); break;
+    case K::Founded: log(p, "founded", "", e.clock, e.seconds, ""); break;
+    case K::PeersInView: log(p, "peers_in_view", "", e.clock, static_cast<double>(e.other), e.reason); break;
+    case K::Training:
+      if (!e.reason.empty()) log(p, "state_wait_over", "", e.clock, e.seconds, "no model from the swarm (" + e.reason + "): training from our own initialisation");
+      break;
+    case K::Diverged: log(p, "diverged", "", e.clock, std::stod(e.reason), "training diverged (loss not finite): lower workload.lr"); break;
+    case K::Settled: log(p, "settled", "", e.clock, e.distance, fmt::format("exchanges={} seconds={:.6f}", e.other, e.seconds)); break;
+    case K::Departed: log(p, "departed", "", e.clock, e.seconds, e.reason); break;
+  }
+}
+
+}  // namespace rumor::sim

@@ -1,0 +1,250 @@
+// The simulator's driver of each peer's core::PeerLoop (core/peer_loop.hpp has the contract):
+// start, steps (the compute model draws their length), evaluations, waits, exit; and the CPU
+// share a peer takes.
+#include "sim/simulation_impl.hpp"
+
+#include "core/model.hpp"
+
+namespace rumor::sim {
+
+// ---------------------------------------------------------------- life cycle
+
+std::vector<PeerId> Simulation::Impl::seeds_for(const Peer& p) {
+  std::vector<PeerId> out;
+  const bool founder_start = p.index < s.founders && p.life == 0;
+  const auto add = [&](std::uint32_t j) {
+    if (j != p.index) out.push_back(peers[j].id);
+  };
+  if (founder_start) {
+    switch (s.bootstrap) {
+      case Bootstrap::Seed: add(0); break;
+      case Bootstrap::All:
+        for (std::uint32_t j = 0; j < s.founders; ++j) add(j);
+        break;
+      case Bootstrap::Neighbours: {
+        const auto nb = topology_neighbours(s.topology, p.index, s.total_ids);
+        for (auto j : nb)
+          if (j < s.founders) add(j);
+        if (nb.empty()) add(0);
+        break;
+      }
+    }
+    return out;
+  }
+  // A later join: through live members only (a user gives --join addresses that answer).
+  std::vector<std::uint32_t> live;
+  for (const Peer& q2 : peers)
+    if (q2.running() && q2.index != p.index) live.push_back(q2.index);
+  if (live.empty()) return out;
+  if (s.bootstrap == Bootstrap::All) {
+    for (auto j : live) add(j);
+    return out;
+  }
+  if (s.bootstrap == Bootstrap::Neighbours) {
+    for (auto j : topology_neighbours(s.topology, p.index, s.total_ids))
+      if (peers[j].running()) add(j);
+    if (!out.empty()) return out;
+  }
+  if (s.bootstrap == Bootstrap::Seed && peers[0].running() && p.index != 0) {
+    add(0);
+    return out;
+  }
+  for (int k = 0; k < 3 && !live.empty(); ++k) {
+    const std::size_t pick = churn_rng.below(live.size());
+    add(live[pick]);
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  return out;
+}
+
+// The process is up: model, Env and protocol exist and connections are accepted (inputs wait
+// until begin_peer, as they wait in the daemon's inbox before its loop runs).
+void Simulation::Impl::open_peer(Peer& p) {
+  RUMOR_CHECK(p.state == PeerState::Pending && p.exists);
+  p.state = PeerState::Training;
+  p.started_at = now;
+  p.busy = true;
+  p.begun = false;
+  p.waiting = false;
+  p.stepping = false;
+  p.skip_drain = false;
+  p.wait_until = -1;
+  p.pending_cpu = 0;
+  const Rng root(s.seed);
+  p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
+  p.model = work->make_peer(p.index, p.life);
+  p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
+  p.env = std::make_unique<SimEnv>(*this, p.index, p.life, p.life == 0 ? root.fork(p.index) : root.fork(p.index).fork(p.life));
+  LoopSettings ls = loop_settings(s);
+  // Founders started together through `all` or `neighbours` are one swarm from the start: none
+  // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
+  // --join does, and learn from it that there is nothing to fetch yet).
+  ls.gossip.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
+  for (auto j : topology_neighbours(s.topology, p.index, s.total_ids)) ls.gossip.neighbours.push_back(peers[j].id);
+  // The incarnation is the life: a restarted peer outranks its tombstone in every view (the
+  // daemon uses wall-clock milliseconds for the same effect).
+  p.loop = std::make_unique<PeerLoop>(*p.env, ls, MemberDigest{p.id, p.life, MemberState::Alive, 0},
+                                      work->fingerprint(), *p.side);
+}
+
+// PeerLoop::start(seeds), then whatever the loop says.
+void Simulation::Impl::begin_peer(Peer& p) {
+  p.begun = true;
+  const auto seeds = seeds_for(p);
+  std::string seed_list;
+  for (const auto& x : seeds) seed_list += (seed_list.empty() ? "" : " ") + x;
+  if (seeds.size() > 4) seed_list = std::to_string(seeds.size()) + " seeds";
+  log(p, "start", "", p.life, 0, seed_list);
+  p.loop->start(seeds);
+  act(p);
+}
+
+// The simulator's driver of core's PeerLoop: carries out what it says next. Inputs that
+// arrived during a step or an evaluation are handed over first (the daemon's drain at the
+// top of its loop); an idle peer handles its inputs as they come (offer).
+void Simulation::Impl::act(Peer& p) {
+  if (!p.skip_drain) drain(p);
+  p.skip_drain = false;
+  const LoopAction a = p.loop->next();
+  p.waiting = false;
+  if (p.loop->phase() == LoopPhase::Settling && p.state == PeerState::Training) {
+    p.state = PeerState::Settling;
+    log(p, "settle", "", peer_steps(p), 0, "");
+  }
+  switch (a.kind) {
+    case LoopAction::Kind::Step:
+      return begin_step(p);
+    case LoopAction::Kind::Evaluate:
+      peer_eval(p);
+      p.skip_drain = a.final;  // the daemon leaves right after its final evaluation
+      return pause(p);
+    case LoopAction::Kind::Wait: {
+      // Woken by an input (offer) or at `until`: one event there, unless one is already set.
+      p.busy = false;
+      p.waiting = true;
+      const double t = std::max(a.until, now);
+      if (t != p.wait_until) {
+        p.wait_until = t;
+        schedule(t, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
+      }
+      return;
+    }
+    case LoopAction::Kind::Exit:
+      return exit_peer(p);
+  }
+}
+
+double Simulation::Impl::draw_step(Peer& p) {
+  const PeerClass& c = s.classes[p.cls];
+  double m = c.step_time;
+  for (auto k : p.stragglers) {
+    const StragglerSpec& st = s.stragglers[k];
+    if (now >= st.at && (st.until < 0 || now < st.until)) m *= st.factor;
+  }
+  switch (c.dist) {
+    case StepDist::Constant: return m;
+    case StepDist::Normal: return m * std::max(0.05, 1.0 + c.sd * p.compute_rng.normal());
+    case StepDist::Lognormal: return m * std::exp(c.sd * p.compute_rng.normal() - 0.5 * c.sd * c.sd);
+    case StepDist::Exponential: return m * p.compute_rng.exponential(1.0);
+  }
+  return m;
+}
+
+// A step: its math at the mid-step boundary, inputs held until its end. With training off
+// (averaging studies) a "step" is an idle tick of the same length, inputs handled as they come.
+void Simulation::Impl::begin_step(Peer& p) {
+  p.stepping = true;
+  if (!s.training) {
+    p.busy = false;
+    p.step_seconds = draw_step(p);
+    schedule(now + p.step_seconds, EventKind::Tick, p.index, p.life, ++p.step_iter);
+    return;
+  }
+  p.busy = true;
+  const double d = (draw_step(p) + p.pending_cpu) * cpu_factor();
+  p.pending_cpu = 0;
+  p.step_seconds = d;
+  p.step_end_at = now + d;
+  schedule(now + s.mid_fraction * d, EventKind::StepMid, p.index, p.life);
+}
+
+void Simulation::Impl::step_mid(Peer& p) {
+  p.last_loss = p.model->compute_gradient();
+  drain(p);  // the daemon answers exchanges between forward/backward and the optimizer step
+  schedule(std::max(p.step_end_at, now), EventKind::StepEnd, p.index, p.life);
+}
+
+void Simulation::Impl::step_end(Peer& p) {
+  p.model->apply_gradient();
+  ++totals.steps;
+  p.stepping = false;
+  p.loop->step_done(p.last_loss, p.step_seconds, 0);
+  act(p);
+}
+
+void Simulation::Impl::tick(Peer& p) {
+  ++p.side->ticks;
+  p.stepping = false;
+  p.loop->step_done(0, 0, 0);  // ticks are not training: settling keeps its 2 ms pace
+  act(p);
+}
+
+void Simulation::Impl::peer_eval(Peer& p) {
+  const EvalResult r = work->evaluate(p.model->params());
+  p.final_acc = r.accuracy;
+  p.final_loss = r.loss;
+  log(p, "eval", "", peer_steps(p), r.accuracy, fmt::format("loss={:.6f} epoch={:.4f}", r.loss, s.training ? p.model->epochs_done() : 0.0));
+}
+
+// An evaluation holds the peer (inputs wait) for the class's eval_time.
+void Simulation::Impl::pause(Peer& p) {
+  p.busy = true;
+  update_cpu(p);
+  schedule(now + s.classes[p.cls].eval_time * cpu_factor(), EventKind::Resume, p.index, p.life);
+}
+
+void Simulation::Impl::exit_peer(Peer& p) {
+  const bool left = p.loop->stop_requested();
+  const std::uint64_t st = peer_steps(p);
+  const double began = p.loop->stats().training_started;
+  p.state = left ? PeerState::Left : PeerState::Done;
+  if (left) ++totals.leaves;
+  log(p, left ? "left" : "done", "", st, now - (began >= 0 ? began : p.started_at),
+      s.peer_evals ? fmt::format("test_acc={:.6f} loss={:.6f}", p.final_acc, p.final_loss) : std::string());
+  drop_process(p);
+  if (left) {  // a peer that left takes its model with it
+    p.side.reset();
+    p.model.reset();
+  }
+}
+
+// The process is gone: its inputs, loop, protocol and Env go with it (the model, and what the
+// loop saw of it, stay for Done).
+void Simulation::Impl::drop_process(Peer& p) {
+  release_inbox(p);
+  p.busy = false;
+  p.waiting = false;
+  p.stepping = false;
+  p.loop.reset();
+  p.env.reset();
+}
+
+// Whether the peer uses a core now, and at which weight: loading its data (nice 0); training,
+// evaluating or settling (its compute thread, nice 5: a settling peer exchanges back to back).
+// Waiting peers sleep. Looked at after every event that may have changed it.
+void Simulation::Impl::update_cpu(Peer& p) {
+  std::uint32_t w = 0;
+  if (s.training && p.exists) {
+    if (p.state == PeerState::Pending) w = kLoadWeight;
+    else if (p.running() && (!p.waiting || p.state == PeerState::Settling)) w = kTrainWeight;
+  }
+  cpu_weight = cpu_weight + w - p.cpu;
+  p.cpu = w;
+  const bool a = p.exists && (p.state == PeerState::Pending || p.running());
+  if (a != p.active) {
+    p.active = a;
+    if (a) ++active; else --active;
+  }
+}
+
+}  // namespace rumor::sim

@@ -1,0 +1,105 @@
+// Timeseries samples: the average model's loss and accuracy, consensus distance, and the
+// peers' own models (sample_peer_models, shared with the algorithm baselines).
+#include "sim/simulation_impl.hpp"
+
+#include "core/mix.hpp"
+
+namespace rumor::sim {
+
+Sample Simulation::Impl::compute_sample(double t) {
+  Sample r;
+  r.time = t;
+  std::vector<const Peer*> set;
+  // A joiner still fetching the swarm's model holds only its own initialisation, which it
+  // never trains on or reports (rumor-peer writes no eval before the state arrives): leave it
+  // out, or every join would show as a dip in the average model.
+  for (const Peer& p : peers)
+    if (p.running() && p.model && (!p.loop || p.gossip()->state_ready())) set.push_back(&p);
+  r.peers = static_cast<std::uint32_t>(set.size());
+  if (set.empty())
+    for (const Peer& p : peers)
+      if (p.state == PeerState::Done && p.model) set.push_back(&p);
+  r.bytes = totals.bytes;
+  r.exchanges = totals.exchanges;
+  r.failed = totals.failed;
+  r.dropped = totals.dropped;
+  if (set.empty()) {
+    r.mean_step = r.loss = r.test_acc = r.peer_loss = r.peer_acc = r.peer_acc_min = kNaN;
+    r.consensus_distance = r.spread = kNaN;
+    return r;
+  }
+  const std::size_t P = xbar.size();
+  std::fill(xbar.begin(), xbar.end(), 0.0);
+  double steps = 0;
+  for (const Peer* p : set) {
+    const float* x = p->model->params().data();
+    for (std::size_t j = 0; j < P; ++j) xbar[j] += x[j];
+    steps += static_cast<double>(peer_steps(*p));
+  }
+  const double n = static_cast<double>(set.size());
+  for (auto& v : xbar) v /= n;
+  double dev = 0, norm = 0;
+  for (const Peer* p : set) {
+    const float* x = p->model->params().data();
+    for (std::size_t j = 0; j < P; ++j) {
+      const double d = x[j] - xbar[j];
+      dev += d * d;
+    }
+  }
+  for (double v : xbar) norm += v * v;
+  r.mean_step = steps / n;
+  r.spread = std::sqrt(dev / n);
+  r.consensus_distance = norm > 0 ? r.spread / std::sqrt(norm) : (dev > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  if (s.workload == WorkloadKind::Quadratic) {
+    r.loss = work->quadratic_loss(xbar);
+    r.test_acc = 0;
+  } else {
+    xbar_f.assign(xbar.begin(), xbar.end());
+    const EvalResult e = work->evaluate(xbar_f);
+    r.loss = e.loss;
+    r.test_acc = e.accuracy;
+  }
+  sample_peer_models(r, s.eval_peers, set.size(), [&](std::size_t i) { return work->evaluate(set[i]->model->params()); });
+  return r;
+}
+
+void Simulation::Impl::record_sample(double t) {
+  const double keep = now;
+  now = t;
+  samples.push_back(compute_sample(t));
+  now = keep;
+}
+
+
+void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
+                        const std::function<EvalResult(std::size_t)>& eval) {
+  const std::size_t k = std::min(eval_peers, n);
+  r.peer_loss = r.peer_acc = r.peer_acc_min = kNaN;
+  if (k == 0) return;
+  double l = 0, a = 0, amin = std::numeric_limits<double>::infinity();
+  for (std::size_t j = 0; j < k; ++j) {
+    const EvalResult e = eval(j * n / k);
+    l += e.loss;
+    a += e.accuracy;
+    amin = std::min(amin, e.accuracy);
+  }
+  r.peer_loss = l / static_cast<double>(k);
+  r.peer_acc = a / static_cast<double>(k);
+  r.peer_acc_min = amin;
+}
+
+std::vector<double> Simulation::mean_params(std::size_t* count) const {
+  std::vector<double> m(impl_->work->param_count(), 0.0);
+  std::size_t n = 0;
+  for (const Peer& p : impl_->peers)
+    if (p.running() && p.model) {
+      const auto x = p.model->params();
+      for (std::size_t j = 0; j < m.size(); ++j) m[j] += x[j];
+      ++n;
+    }
+  if (n)
+    for (auto& v : m) v /= static_cast<double>(n);
+  if (count) *count = n;
+  return m;
+}
+}  // namespace rumor::sim

@@ -1,0 +1,277 @@
+// The simulator's insides, shared by the files that implement Simulation (private to sim/):
+// SimEnv (the seam: core/env.hpp with virtual time), the per-peer state, and Simulation::Impl.
+//   simulator.cpp   the engine: construction, events in (time, sequence) order, churn, stepping
+//   peer_life.cpp   the driver of each peer's core::PeerLoop, and the compute model
+//   delivery.cpp    inputs: the network hand-over, inboxes, protocol events
+//   sampling.cpp    timeseries samples (average model, consensus, peers' own models)
+//   output.cpp      the CSV and JSON outputs
+#pragma once
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/peer_loop.hpp"
+#include "sim/event_queue.hpp"
+#include "sim/network.hpp"
+#include "sim/simulator.hpp"
+#include "sim/streams.hpp"
+#include "sim/topology.hpp"
+#include "sim/workload.hpp"
+
+namespace rumor::sim {
+
+bool aligned_heap();  // sim/aligned_new.cpp: makes runs independent of allocation history
+
+
+// A peer's loop settings from the scenario (docs/sim.md names the keys after rumor-peer's flags).
+inline LoopSettings loop_settings(const Scenario& s) {
+  LoopSettings ls;
+  GossipConfig& gc = ls.gossip;
+  gc.local_steps = s.local_steps;
+  gc.mix_weight = s.mix_samples ? MixWeight::Samples : MixWeight::Uniform;
+  gc.max_in_flight = s.max_in_flight;
+  gc.exchange_timeout_s = s.exchange_timeout;
+  gc.failure_backoff_s = s.failure_backoff;
+  gc.suspect_after_failures = s.suspect_after;
+  gc.suspect_timeout_s = s.suspect_timeout;
+  gc.join_retry_s = s.join_retry;
+  gc.digest_limit = s.digest_limit;
+  gc.staleness = s.staleness;
+  gc.codec = s.codec;
+  gc.topk_fraction = s.topk_fraction;
+  gc.probe_interval_s = s.probe_interval;
+  gc.probe_timeout_s = s.probe_timeout;
+  gc.stream_exchanges = s.stream_exchanges;
+  gc.state_timeout_s = s.state_timeout;
+  gc.leave_timeout_s = s.leave_timeout;
+  ls.steps = s.steps;
+  ls.epochs = s.training ? s.epochs : 0;
+  ls.duration_s = s.peer_duration;
+  ls.evaluate = s.peer_evals;
+  ls.eval_every = s.eval_every_steps;
+  ls.state_wait_s = s.state_wait;
+  ls.leave_wait_s = s.leave_wait;
+  ls.settle_s = s.settle;
+  ls.settle_max_s = s.settle_max;
+  return ls;
+}
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+
+inline std::string csv_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+// "p17" -> 17; anything else -> -1.
+inline std::int64_t peer_index(const PeerId& id) {
+  if (id.size() < 2 || id[0] != 'p') return -1;
+  std::int64_t x = 0;
+  for (std::size_t i = 1; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9' || x > (1ll << 40)) return -1;
+    x = x * 10 + (id[i] - '0');
+  }
+  return x;
+}
+
+inline PeerId peer_id(std::uint32_t i) { return "p" + std::to_string(i); }
+
+struct Input {
+  enum class Kind : std::uint8_t { Message, Timer, SendFailed } kind;
+  std::uint32_t other;  // SendFailed: the target
+  std::uint64_t arg;    // Message: slab index; Timer: id
+};
+
+struct Slot {
+  Message msg;
+  std::uint32_t from = 0, to = 0, from_life = 0, to_life = 0;
+  std::uint64_t bytes = 0;
+};
+
+
+class SimEnv;
+
+// What the loop (core/peer_loop.hpp) sees of a simulated peer: its model, or with training off
+// (averaging studies) its parameters and a clock of idle ticks.
+class SimLoopModel final : public LoopModel {
+ public:
+  SimLoopModel(PeerModel& m, bool training) : m_(m), training_(training) {}
+  std::span<float> params() override { return m_.params(); }
+  std::uint64_t steps() const override { return training_ ? m_.steps() : ticks; }
+  std::uint64_t samples() const override { return training_ ? m_.samples() : ticks; }
+  double epochs_done() const override { return training_ ? m_.epochs_done() : 0.0; }
+  void adopt_step(std::uint64_t step) override {
+    if (training_) m_.adopt_step(step);
+  }
+  std::uint64_t ticks = 0;  // training off: averaging ticks done
+
+ private:
+  PeerModel& m_;
+  bool training_;
+};
+
+struct Peer {
+  std::uint32_t index = 0;
+  PeerId id;
+  std::uint32_t cls = 0;
+  PeerState state = PeerState::Pending;
+  std::uint32_t life = 0;
+  bool exists = false;          // created at least once (founder, or its join happened)
+  bool busy = false;            // in a step or an evaluation pause: inputs wait in `inbox`
+  bool begun = false;           // open_peer done, begin_peer done
+  bool waiting = false;         // its loop said Wait: it sleeps until an input or `wait_until`
+  bool stepping = false;        // a Step is in progress (with training off: a tick is due)
+  bool skip_drain = false;      // after the final evaluation: exit without handling more inputs
+  double wait_until = -1;       // the WaitTick event set for the current wait
+  std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
+  std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
+  bool active = false;    // counted in Impl::active: loading or running
+  std::vector<Input> inbox;
+  std::unique_ptr<SimEnv> env;
+  std::unique_ptr<PeerModel> model;
+  std::unique_ptr<SimLoopModel> side;
+  std::unique_ptr<PeerLoop> loop;
+  Rng compute_rng;
+  std::vector<std::uint32_t> stragglers;  // indices of the straggler lines that name it
+  double started_at = 0, step_end_at = 0, step_seconds = 0, pending_cpu = 0, last_loss = 0;
+  std::uint64_t bytes_sent = 0, bytes_recv = 0;
+  double final_acc = kNaN, final_loss = kNaN;
+
+  bool running() const { return state == PeerState::Training || state == PeerState::Settling; }
+  Gossip* gossip() const { return loop ? &loop->gossip() : nullptr; }
+};
+
+struct Simulation::Impl {
+  Scenario s;
+  std::unique_ptr<Workload> work;
+  std::unique_ptr<Network> net;
+  EventQueue q;
+  double now = 0;
+  std::vector<Peer> peers;
+  std::vector<Slot> slots;
+  std::vector<std::uint32_t> free_slots;
+  std::vector<Input> scratch;
+  Rng churn_rng;
+  Totals totals;
+  std::vector<Sample> samples;
+  std::uint64_t next_sample = 0;  // index k of the next sample time k * sample_every
+  std::string events;
+  bool ended = false;
+  // compute.shared_cores: the Linux scheduler's weights of what runs now. rumor-peer's compute
+  // thread runs at nice 5 (weight 335); a peer still loading its data is at nice 0 (1024).
+  static constexpr std::uint32_t kTrainWeight = 335, kLoadWeight = 1024;
+  std::uint64_t cpu_weight = 0;
+  // The run is over (without run.duration) once no peer is loading or running and no churn is
+  // to come: events left then are void (timers of exited peers) and must not stretch it.
+  std::uint32_t active = 0;
+  std::size_t churn_left = 0;
+  std::vector<double> xbar;  // sampling scratch
+  std::vector<float> xbar_f;
+
+  explicit Impl(const Scenario& sc);
+  void schedule(double t, EventKind k, std::uint32_t peer, std::uint32_t life, std::uint64_t arg = 0) {
+    Event e;
+    e.t = t;
+    e.kind = k;
+    e.peer = peer;
+    e.life = life;
+    e.arg = arg;
+    q.push(e);
+  }
+  void log(const Peer& p, const char* event, const std::string& other, std::uint64_t clock, double value,
+           const std::string& detail) {
+    events += fmt::format("{:.6f},{},{},{},{},{:.9g},", now, p.id, event, other, clock, value);
+    events += csv_quote(detail);
+    events += '\n';
+  }
+  std::uint64_t peer_steps(const Peer& p) const {
+    if (!p.model) return 0;
+    return p.side ? p.side->steps() : 0;
+  }
+  std::uint64_t peer_exchanges(const Peer& p) const {
+    return p.loop ? p.loop->exchanges() : 0;
+  }
+
+  // ---- life cycle ----
+  void open_peer(Peer& p);
+  void begin_peer(Peer& p);
+  std::vector<PeerId> seeds_for(const Peer& p);
+  void act(Peer& p);
+  void begin_step(Peer& p);
+  void step_mid(Peer& p);
+  void step_end(Peer& p);
+  void tick(Peer& p);
+  double draw_step(Peer& p);
+  void peer_eval(Peer& p);
+  void pause(Peer& p);
+  void exit_peer(Peer& p);
+  void drop_process(Peer& p);
+  void update_cpu(Peer& p);
+  // How much longer a computation of a training peer takes than alone: the cores are shared
+  // in proportion to weight (CFS), so its share is cores * 335 / sum of weights, at most 1.
+  double cpu_factor() const {
+    if (s.shared_cores <= 0) return 1.0;
+    return std::max(1.0, static_cast<double>(cpu_weight) / (kTrainWeight * s.shared_cores));
+  }
+  // ---- inputs ----
+  void offer(Peer& p, Input in);
+  void handle(Peer& p, const Input& in);
+  void drain(Peer& p);
+  void release_inbox(Peer& p);
+  std::uint32_t put_slot(Slot&& sl);
+  void free_slot(std::uint64_t i);
+  void send(std::uint32_t from, const PeerId& to, Message msg);
+  void deliver(const Event& e);
+  void protocol_event(std::uint32_t peer, const ProtocolEvent& e);
+  // ---- churn ----
+  void churn(const ChurnAction& a);
+  void apply_churn(const ChurnAction& a, Peer& p);
+  // ---- engine ----
+  void process(const Event& e);
+  void dispatch(const Event& e, Peer& p);
+  enum class Progress { Sample, Event, Limit, Over };
+  Progress advance_once(double limit);
+  bool advance(double limit);
+  Simulation* owner = nullptr;
+  std::function<void(const Simulation&)> after_event;
+  void record_sample(double t);
+  Sample compute_sample(double t);
+  double end_time() const { return s.duration > 0 ? s.duration : std::numeric_limits<double>::infinity(); }
+  double sample_time(std::uint64_t k) const { return static_cast<double>(k) * s.sample_every; }
+};
+
+// The Env of one simulated peer (one life of it): virtual time, the simulated network, timers
+// as events, and its own random stream.
+class SimEnv final : public Env {
+ public:
+  SimEnv(Simulation::Impl& w, std::uint32_t peer, std::uint32_t life, Rng rng)
+      : w_(w), peer_(peer), life_(life), rng_(rng) {}
+  double now() const override { return w_.now; }
+  void send(const PeerId& to, Message msg) override { w_.send(peer_, to, std::move(msg)); }
+  void set_timer(double delay_s, std::uint64_t id) override {
+    w_.schedule(w_.now + std::max(delay_s, 0.0), EventKind::Timer, peer_, life_, id);
+  }
+  void disconnect(const PeerId&) override {}  // connections are not modelled
+  Rng& rng() override { return rng_; }
+  void event(const ProtocolEvent& e) override { w_.protocol_event(peer_, e); }
+
+ private:
+  Simulation::Impl& w_;
+  std::uint32_t peer_, life_;
+  Rng rng_;
+};
+
+
+}  // namespace rumor::sim
