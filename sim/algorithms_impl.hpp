@@ -252,26 +252,9 @@ struct AlgorithmRun::Impl {
     r.peers = n;
     r.bytes = totals.bytes;
     r.exchanges = totals.exchanges;
-    std::fill(xbar.begin(), xbar.end(), 0.0);
-    double steps = 0;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const float* x = peers[i]->params().data();
-      for (std::size_t j = 0; j < P; ++j) xbar[j] += x[j];
-      steps += static_cast<double>(peer_steps(i));
-    }
-    for (auto& v : xbar) v /= n;
-    double dev = 0, norm = 0;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const float* x = peers[i]->params().data();
-      for (std::size_t j = 0; j < P; ++j) {
-        const double d = x[j] - xbar[j];
-        dev += d * d;
-      }
-    }
-    for (double v : xbar) norm += v * v;
-    r.mean_step = steps / n;
-    r.spread = std::sqrt(dev / n);
-    r.consensus_distance = norm > 0 ? r.spread / std::sqrt(norm) : (dev > 0 ? INFINITY : 0.0);
+    sample_consensus(
+        r, n, [&](std::size_t i) { return std::span<const float>(peers[i]->params()); },
+        [&](std::size_t i) { return static_cast<double>(peer_steps(static_cast<std::uint32_t>(i))); }, xbar);
     // The model the run would deliver: the server's for the server algorithms (the workers'
     // copies lag it), DiLoCo's outer model, else the peers' average.
     if (is_server(s.algorithm)) {

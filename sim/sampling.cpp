@@ -6,6 +6,32 @@
 
 namespace rumor::sim {
 
+void sample_consensus(Sample& r, std::size_t n, const std::function<std::span<const float>(std::size_t)>& model,
+                      const std::function<double(std::size_t)>& steps, std::vector<double>& xbar) {
+  const std::size_t P = xbar.size();
+  std::fill(xbar.begin(), xbar.end(), 0.0);
+  double step_sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* x = model(i).data();
+    for (std::size_t j = 0; j < P; ++j) xbar[j] += x[j];
+    step_sum += steps(i);
+  }
+  const double nd = static_cast<double>(n);
+  for (auto& v : xbar) v /= nd;
+  double dev = 0, norm = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* x = model(i).data();
+    for (std::size_t j = 0; j < P; ++j) {
+      const double d = x[j] - xbar[j];
+      dev += d * d;
+    }
+  }
+  for (double v : xbar) norm += v * v;
+  r.mean_step = step_sum / nd;
+  r.spread = std::sqrt(dev / nd);
+  r.consensus_distance = norm > 0 ? r.spread / std::sqrt(norm) : (dev > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+}
+
 Sample Simulation::Impl::compute_sample(double t) {
   Sample r;
   r.time = t;
@@ -28,28 +54,9 @@ Sample Simulation::Impl::compute_sample(double t) {
     r.consensus_distance = r.spread = kNaN;
     return r;
   }
-  const std::size_t P = xbar.size();
-  std::fill(xbar.begin(), xbar.end(), 0.0);
-  double steps = 0;
-  for (const Peer* p : set) {
-    const float* x = p->model->params().data();
-    for (std::size_t j = 0; j < P; ++j) xbar[j] += x[j];
-    steps += static_cast<double>(peer_steps(*p));
-  }
-  const double n = static_cast<double>(set.size());
-  for (auto& v : xbar) v /= n;
-  double dev = 0, norm = 0;
-  for (const Peer* p : set) {
-    const float* x = p->model->params().data();
-    for (std::size_t j = 0; j < P; ++j) {
-      const double d = x[j] - xbar[j];
-      dev += d * d;
-    }
-  }
-  for (double v : xbar) norm += v * v;
-  r.mean_step = steps / n;
-  r.spread = std::sqrt(dev / n);
-  r.consensus_distance = norm > 0 ? r.spread / std::sqrt(norm) : (dev > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  sample_consensus(
+      r, set.size(), [&](std::size_t i) { return std::span<const float>(set[i]->model->params()); },
+      [&](std::size_t i) { return static_cast<double>(peer_steps(*set[i])); }, xbar);
   if (s.workload == WorkloadKind::Quadratic) {
     r.loss = work->quadratic_loss(xbar);
     r.test_acc = 0;

@@ -57,6 +57,10 @@ std::string timeseries_csv_of(const std::vector<Sample>& samples);
 
 // Sets r.peer_loss, r.peer_acc and r.peer_acc_min from the own models of k = min(eval_peers, n)
 // of n peers, evenly spread over them (peer j n / k), each evaluated by eval(peer); NaN if k = 0.
+// Sets r.mean_step, r.spread and r.consensus_distance from n models (model(i), steps(i)) and
+// leaves their mean in `xbar` (double; sized to the models).
+void sample_consensus(Sample& r, std::size_t n, const std::function<std::span<const float>(std::size_t)>& model,
+                      const std::function<double(std::size_t)>& steps, std::vector<double>& xbar);
 void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
                         const std::function<EvalResult(std::size_t)>& eval);
 
