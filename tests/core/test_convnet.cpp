@@ -299,7 +299,7 @@ TEST_CASE("cnn: the emulated device computes the CPU's loss, gradient and evalua
   CHECK(e1.accuracy == e2.accuracy);
 }
 
-TEST_CASE("cnn: a small CNN learns a synthetic image task (>= 0.93 test accuracy in 1000 steps; it reaches 0.954)") {
+TEST_CASE("cnn: a small CNN learns a synthetic image task (>= 0.93 test accuracy in 1000 steps, it reaches 0.954)") {
   auto train = std::make_shared<Dataset>(strokes(4000, 1));
   const Dataset test = strokes(1000, 2);
   TrainerConfig tc;
