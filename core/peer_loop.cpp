@@ -52,6 +52,7 @@ void PeerLoop::enter(LoopPhase p) {
   phase_ = p;
   phase_start_ = env_.now();
   last_idle_ = -1;
+  if (p == LoopPhase::State) state_pending_ = !gossip_.state_ready();  // a joiner that must fetch the model
 }
 
 void PeerLoop::start(const std::vector<PeerId>& seeds) {
@@ -160,7 +161,7 @@ LoopAction PeerLoop::next() {
 // stop rules, and say why when a joiner ends up with its own initialisation.
 void PeerLoop::begin_training() {
   const double now = env_.now();
-  const bool waited = now > phase_start_ || !gossip_.state_ready();
+  const bool waited = state_pending_;
   if (const auto step = gossip_.adopted_step()) {
     model_.adopt_step(*step);
     emit(ProtocolEvent::Kind::Training, model_.steps(), *step, now - phase_start_, 0, "");

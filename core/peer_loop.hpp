@@ -157,6 +157,7 @@ class PeerLoop {
   double phase_start_ = 0;
   double last_idle_ = -1;        // env time of the last Gossip::on_idle
   bool first_eval_pending_ = false, eval_pending_ = false;
+  bool state_pending_ = false;  // the State phase began without the swarm's model
   std::uint64_t next_epoch_eval_ = 1;
   // The staleness wait in progress.
   bool waiting_stale_ = false;
