@@ -1,0 +1,243 @@
+// The Python module's peer (python_peer.hpp): the one peer loop driven by the user's torch loop.
+#include "python/python_peer.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/codec.hpp"
+#include "peer/config.hpp"
+#include "peer/runtime.hpp"
+
+namespace rumor::python {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const std::string& level) {
+  static std::atomic<int> counter{0};
+  // A fresh, unregistered logger per node: many nodes in one process log apart.
+  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto log = std::make_shared<spdlog::logger>(name.empty() ? "rumor-py-" + std::to_string(++counter) : name, sink);
+  const auto lvl = spdlog::level::from_str(level == "warning" ? "warn" : level);
+  log->set_level(lvl);
+  log->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
+  return log;
+}
+}  // namespace
+
+Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
+  if (o_.size == 0) throw std::invalid_argument("a model needs at least one parameter");
+  if (o_.local_steps < 1) throw std::invalid_argument("local_steps must be >= 1");
+  if (!(o_.staleness >= 0)) throw std::invalid_argument("staleness must be >= 0");
+  if (!(o_.exchange_timeout_s > 0)) throw std::invalid_argument("exchange_timeout must be > 0");
+  if (o_.mix_weight != "uniform" && o_.mix_weight != "samples")
+    throw std::invalid_argument("mix_weight '" + o_.mix_weight + "': expected uniform or samples");
+  log_ = make_logger(o_.name, o_.log_level);
+  flat_.assign(o_.size, 0.0f);
+  shadow_.assign(o_.size, 0.0f);
+  delta_.assign(o_.size, 0.0f);
+
+  peer::RuntimeOptions ro;
+  const peer::HostPort listen = peer::parse_host_port(o_.listen, "listen", true);
+  ro.listen_host = listen.host;
+  ro.listen_port = listen.port;
+  ro.fingerprint = o_.fingerprint;
+  ro.param_count = o_.size;
+  ro.swarm_key_path = o_.swarm_key_path;
+  ro.metrics_path = o_.metrics_path;
+  ro.seed = o_.seed < 0 ? 0 : static_cast<std::uint64_t>(o_.seed);
+  LoopSettings ls;
+  ls.gossip.local_steps = o_.local_steps;
+  ls.gossip.staleness = o_.staleness;
+  ls.gossip.codec = parse_codec(o_.codec);
+  ls.gossip.mix_weight = o_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
+  ls.gossip.exchange_timeout_s = o_.exchange_timeout_s;
+  ls.evaluate = false;      // the user's loop evaluates (report())
+  ls.settle_s = 0;          // ... and decides when training ends
+  ls.state_wait_s = 1e9;    // join(timeout) bounds the wait for the swarm's model
+  ls.min_peers = o_.min_peers;
+  ls.min_peers_timeout_s = o_.min_peers_timeout_s;  // then train anyway, as rumor-peer does
+  // Peers starting a swarm together share their initialisation (as rumor-peer --min-peers).
+  ls.gossip.fetch_state = o_.min_peers <= 1;
+  std::vector<PeerId> seeds;
+  for (const auto& j : o_.join) seeds.push_back(peer::parse_host_port(j, "join", false).str());
+  rt_ = std::make_unique<peer::Runtime>(ro, ls, *this, log_);
+  rt_->start(seeds);
+}
+
+Node::~Node() {
+  if (::getpid() != pid_) {
+    // A forked child: the runtime's threads and sockets are the parent's. Leak it.
+    (void)rt_.release();
+    return;
+  }
+  try {
+    close(1.0);
+  } catch (...) {
+  }
+}
+
+void Node::check_process() const {
+  if (::getpid() != pid_)
+    throw ForkedChild("this peer was created in process " + std::to_string(pid_) +
+                      " and cannot be used in a forked child: create a new peer there");
+  if (closed_) throw std::runtime_error("the peer is closed");
+}
+
+std::string Node::address() const { return rt_->id(); }
+
+void Node::drain() {
+  if (rt_->pending()) {
+    if (!shadow_current_) {
+      std::memcpy(shadow_.data(), flat_.data(), flat_.size() * sizeof(float));
+      shadow_current_ = true;
+    }
+    maybe_written_ = true;
+    rt_->drain();
+  }
+}
+
+bool Node::take_delta() {
+  if (!maybe_written_) return false;
+  maybe_written_ = false;
+  bool any = false;
+  const float* f = flat_.data();
+  float* s = shadow_.data();
+  float* d = delta_.data();
+  for (std::size_t i = 0, n = flat_.size(); i < n; ++i) {
+    d[i] = f[i] - s[i];
+    any |= d[i] != 0.0f;
+    s[i] = f[i];
+  }
+  return any;
+}
+
+bool Node::until_step(double timeout_s) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    drain();
+    const LoopAction a = rt_->loop().next();
+    switch (a.kind) {
+      case LoopAction::Kind::Step: return true;
+      case LoopAction::Kind::Evaluate: continue;  // evaluation is off; nothing to do
+      case LoopAction::Kind::Exit: return false;
+      case LoopAction::Kind::Wait: break;
+    }
+    const double left = timeout_s - since(t0);
+    if (left <= 0) return false;
+    rt_->wait(std::min(a.until, rt_->now() + left));
+  }
+}
+
+JoinResult Node::join(double timeout_s) {
+  check_process();
+  JoinResult r;
+  const bool ready = until_step(timeout_s);
+  if (ready) {
+    r.status = "ready";
+    r.step = rt_->loop().gossip().adopted_step().value_or(0);
+  } else {
+    const std::string why = rt_->last_rejection();
+    r.status = why.find("fingerprint mismatch") != std::string::npos ? "mismatch" : "timeout";
+    r.reason = why;
+  }
+  // The Python side now copies the buffer into the live parameters: this is the reference.
+  std::memcpy(shadow_.data(), flat_.data(), flat_.size() * sizeof(float));
+  shadow_current_ = true;
+  maybe_written_ = false;
+  return r;
+}
+
+bool Node::begin_step(double wait_timeout_s) {
+  check_process();
+  if (!until_step(wait_timeout_s))
+    throw WaitTimeout("the peer could not start a step within " + std::to_string(wait_timeout_s) +
+                      " s (phase " + loop_phase_name(rt_->loop().phase()) + ", clock " + std::to_string(steps_) +
+                      ", slowest peer at " + std::to_string(rt_->loop().gossip().slowest_clock()) + ")");
+  return take_delta();
+}
+
+bool Node::end_step(double loss, double seconds, std::uint64_t samples, double wait_timeout_s) {
+  check_process();
+  shadow_current_ = false;  // the buffer now holds the live parameters
+  ++steps_;
+  samples_ += samples;
+  seconds_ += seconds;
+  rt_->loop().step_done(std::isfinite(loss) ? loss : 0.0, seconds, samples);
+  if (!until_step(wait_timeout_s))
+    throw WaitTimeout("the staleness bound held this peer back for more than " + std::to_string(wait_timeout_s) +
+                      " s (clock " + std::to_string(steps_) + ", slowest peer at " +
+                      std::to_string(rt_->loop().gossip().slowest_clock()) + ")");
+  return take_delta();
+}
+
+bool Node::serve(double seconds) {
+  check_process();
+  const auto t0 = Clock::now();
+  for (;;) {
+    drain();
+    const LoopAction a = rt_->loop().next();
+    const double left = seconds - since(t0);
+    if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
+    if (a.kind == LoopAction::Kind::Evaluate) continue;
+    // Step: nothing to do but answer; Wait: until the loop's own deadline too.
+    const double until = rt_->now() + left;
+    rt_->wait(a.kind == LoopAction::Kind::Wait ? std::min(a.until, until) : until);
+  }
+  return take_delta();
+}
+
+void Node::report(double test_acc, double loss, double epoch) {
+  check_process();
+  last_acc_ = test_acc;
+  last_loss_ = loss;
+  rt_->report_eval(test_acc, loss, epoch);
+}
+
+std::map<std::string, double> Node::stats() const {
+  std::map<std::string, double> s;
+  const auto& g = rt_->loop().gossip().stats();
+  s["steps"] = static_cast<double>(steps_);
+  s["samples"] = static_cast<double>(samples_);
+  s["exchanges"] = static_cast<double>(g.exchanges + g.answered);
+  s["initiated"] = static_cast<double>(g.exchanges);
+  s["answered"] = static_cast<double>(g.answered);
+  s["failed"] = static_cast<double>(g.failed);
+  s["rejected"] = static_cast<double>(g.rejected);
+  s["stale"] = static_cast<double>(g.stale);
+  s["peers"] = static_cast<double>(rt_->loop().gossip().view().live_count() + 1);
+  s["waits"] = static_cast<double>(rt_->loop().stats().waits);
+  s["wait_s"] = rt_->loop().stats().wait_seconds;
+  const auto ts = rt_->transport_stats();
+  s["bytes_sent"] = static_cast<double>(ts.bytes_sent);
+  s["bytes_recv"] = static_cast<double>(ts.bytes_recv);
+  return s;
+}
+
+void Node::close(double timeout_s) {
+  if (closed_ || !rt_) return;
+  if (::getpid() != pid_) throw ForkedChild("close the peer in the process that created it");
+  closed_ = true;
+  const auto t0 = Clock::now();
+  // Leave: announce and hand the model over, bounded by the loop's leave_wait_s and ours.
+  rt_->loop().request_stop();
+  for (;;) {
+    if (rt_->pending()) rt_->drain();
+    const LoopAction a = rt_->loop().next();
+    if (a.kind == LoopAction::Kind::Exit) break;
+    if (a.kind == LoopAction::Kind::Evaluate) continue;
+    const double left = timeout_s * 0.8 - since(t0);
+    if (left <= 0) break;
+    rt_->wait(std::min(a.until, rt_->now() + left));
+  }
+  rt_->close(std::max(0.05, timeout_s - since(t0)), last_acc_, last_loss_);
+}
+
+}  // namespace rumor::python
