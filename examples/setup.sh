@@ -3,7 +3,8 @@
 
 RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libcereal-dev
   libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev openssl dataset-fashion-mnist
-  python3-matplotlib clang libclang-rt-dev)  # clang + libclang-rt-dev: libFuzzer (tests/run.sh)
+  python3-matplotlib clang libclang-rt-dev  # clang + libclang-rt-dev: libFuzzer (tests/run.sh)
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest)  # the Python module (docs/python.md)
 
 rumor_install_packages() {
   local missing=()

@@ -84,47 +84,57 @@ def shard(n, k, parts, seed):
 
 def worker(a):
     import torch
-    import rumor
-    import rumor.torch
     torch.set_num_threads(1)
     xtr, ytr, xte, yte = fashion_mnist(a.data)
     rows = torch.from_numpy(shard(len(xtr), a.shard, a.peers, a.seed))
     xtr, ytr = xtr[rows], ytr[rows]
     torch.manual_seed(a.seed)  # the same initial model on every peer (they start together)
     model = make_model(a.model)
-    peer = rumor.Peer(listen="127.0.0.1:0", join=[a.join] if a.join else [], local_steps=a.local_steps,
-                      staleness=a.staleness, codec=a.codec, metrics=a.metrics, min_peers=a.min_peers,
-                      name=a.name, log_level="info")
-    opt = rumor.torch.GossipOptimizer(torch.optim.Adam(model.parameters(), lr=a.lr), peer, model=model,
-                                      samples_per_step=a.batch)
-    print("listening on", peer.address, flush=True)
-    opt.join(timeout=120)
+    inner = torch.optim.Adam(model.parameters(), lr=a.lr)
+    if a.plain:  # the same loop without Rumor (bench/torch_bench.py's overhead baseline)
+        opt, peer = inner, None
+        report = lambda acc, l, e: print(json.dumps({"event": "eval", "test_acc": acc, "loss": l, "epoch": e}))
+    else:
+        import rumor
+        import rumor.torch
+        peer = rumor.Peer(listen="127.0.0.1:0", join=[a.join] if a.join else [], local_steps=a.local_steps,
+                          staleness=a.staleness, codec=a.codec, metrics=a.metrics, min_peers=a.min_peers,
+                          name=a.name, log_level="info")
+        opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch)
+        report = opt.report
+        print("listening on", peer.address, flush=True)
+        opt.join(timeout=120)
     g = torch.Generator().manual_seed(a.seed * 1000 + a.shard)
     steps_per_epoch = math.ceil(len(xtr) / a.batch)
-    evals = max(1, round(1 / a.eval_every_epochs))
-    acc, loss = evaluate(model, xte, yte)
-    peer.report(acc, loss, 0.0)
+    total = a.steps or a.epochs * steps_per_epoch
+    every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
+    if a.eval_every >= 0:
+        report(*evaluate(model, xte, yte), 0.0)
     lossf = torch.nn.functional.cross_entropy
-    for epoch in range(a.epochs):
+    train_s, step = 0.0, 0
+    while step < total:
         order = torch.randperm(len(xtr), generator=g)
         for b in range(steps_per_epoch):
+            if step >= total:
+                break
+            t0 = time.perf_counter()
             idx = order[b * a.batch:(b + 1) * a.batch]
             opt.zero_grad()
             loss = lossf(model(xtr[idx]), ytr[idx])
             loss.backward()
-            opt.step(loss=loss)
-            step = epoch * steps_per_epoch + b + 1
-            if step % max(1, steps_per_epoch // evals) == 0 and b + 1 < steps_per_epoch:
-                acc, l = evaluate(model, xte, yte)
-                peer.report(acc, l, step / steps_per_epoch)
-        if epoch + 1 < a.epochs:
-            acc, l = evaluate(model, xte, yte)
-            peer.report(acc, l, epoch + 1.0)
-    opt.serve(a.settle)  # others may still be training: keep averaging with them a moment
+            opt.step(loss=loss) if peer else opt.step()
+            train_s += time.perf_counter() - t0
+            step += 1
+            if a.eval_every >= 0 and step % every == 0 and step < total:
+                report(*evaluate(model, xte, yte), step / steps_per_epoch)
+    if peer:
+        opt.serve(a.settle)  # others may still be training: keep averaging with them a moment
     acc, l = evaluate(model, xte, yte)
-    peer.report(acc, l, float(a.epochs))
-    print(f"final test_acc {acc:.4f}", flush=True)
-    peer.close()
+    report(acc, l, step / steps_per_epoch)
+    print(f"final test_acc {acc:.4f} steps {step} train_s {train_s:.2f} "
+          f"samples_per_s {step * a.batch / train_s:.1f}", flush=True)
+    if peer:
+        peer.close()
     return 0
 
 
@@ -144,7 +154,8 @@ def launch(a):
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
                "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle),
-               "--eval-every-epochs", str(a.eval_every_epochs)]
+               "--eval-every-epochs", str(a.eval_every_epochs), "--eval-every", str(a.eval_every),
+               "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
         if join:
             cmd += ["--join", join]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(os.path.join(a.out, f"p{k}.log"), "w"),
@@ -165,18 +176,22 @@ def launch(a):
     print(f"== {n_py} Python peer(s) ({'the mlp:256,128 equivalent' if a.mixed else 'a 2-conv CNN'})"
           + (f" and {a.mixed} rumor-peer peer(s)" if a.mixed else "") + f" on 127.0.0.1; logs in {a.out}", flush=True)
     first = py_peer(1, None)
-    seed = None
-    for line in first.stdout:
-        if line.startswith("listening on "):
-            seed = line.split()[2]
-            break
-    if not seed:
-        sys.exit(open(os.path.join(a.out, "p1.log")).read()[-3000:] + "\npeer 1 did not start")
-    print(f"   p1 listens on {seed}", flush=True)
-    for k in range(2, n_py + 1):
-        py_peer(k, seed)
-    for k in range(n_py + 1, a.peers + 1):
-        cpp_peer(k, seed)
+    if a.plain:  # no swarm: independent loops under the same load (bench/torch_bench.py)
+        for k in range(2, n_py + 1):
+            py_peer(k, None)
+    else:
+        seed = None
+        for line in first.stdout:
+            if line.startswith("listening on "):
+                seed = line.split()[2]
+                break
+        if not seed:
+            sys.exit(open(os.path.join(a.out, "p1.log")).read()[-3000:] + "\npeer 1 did not start")
+        print(f"   p1 listens on {seed}", flush=True)
+        for k in range(2, n_py + 1):
+            py_peer(k, seed)
+        for k in range(n_py + 1, a.peers + 1):
+            cpp_peer(k, seed)
     t0 = time.monotonic()
     rc = 0
     try:
@@ -191,6 +206,17 @@ def launch(a):
                 p.kill()
     if rc:
         sys.exit(f"a peer failed; see {a.out}/*.log")
+    summary = {}
+    for k, p in enumerate(procs[:n_py], 1):
+        last = [l for l in (p.stdout.read() or "").splitlines() if l.startswith("final ")]
+        if last:
+            f = last[-1].split()
+            summary[f"p{k}"] = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if a.plain:
+        print(json.dumps(summary))
+        return 0
     files = sorted(os.path.join(a.out, f) for f in os.listdir(a.out) if f.endswith(".jsonl"))
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "--png", os.path.join(a.out, "accuracy.png"),
                     "--title", "Rumor + PyTorch: test accuracy of every peer"] + files, check=True)
@@ -221,6 +247,9 @@ def main():
     ap.add_argument("--metrics", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--name", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--min-peers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--plain", action="store_true", help="the same loops without Rumor (overhead baseline)")
+    ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.staleness = float(a.staleness)
     if a.mixed < 0 or a.mixed >= a.peers:

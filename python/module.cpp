@@ -28,6 +28,7 @@ PYBIND11_MODULE(_rumor, m) {
   m.doc() = "Rumor's peer runtime for Python (use the rumor package, not this module directly)";
   py::register_exception<rumor::python::WaitTimeout>(m, "WaitTimeout", PyExc_TimeoutError);
   py::register_exception<rumor::python::ForkedChild>(m, "ForkedChild", PyExc_RuntimeError);
+  py::register_exception<rumor::python::Diverged>(m, "Diverged", PyExc_RuntimeError);
 
   py::class_<Node>(m, "Node", py::buffer_protocol())
       .def(py::init([](std::string fingerprint, std::size_t size, std::string listen, std::vector<std::string> join,

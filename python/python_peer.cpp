@@ -11,7 +11,10 @@
 #include <stdexcept>
 
 #include "core/codec.hpp"
+#include "net/auth.hpp"
+#include "net/transport.hpp"
 #include "peer/config.hpp"
+#include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
 
 namespace rumor::python {
@@ -45,37 +48,55 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   delta_.assign(o_.size, 0.0f);
 
   peer::RuntimeOptions ro;
-  const peer::HostPort listen = peer::parse_host_port(o_.listen, "listen", true);
-  ro.listen_host = listen.host;
-  ro.listen_port = listen.port;
+  ro.listen = o_.listen;
+  ro.join = o_.join;
   ro.fingerprint = o_.fingerprint;
   ro.param_count = o_.size;
-  ro.swarm_key_path = o_.swarm_key_path;
-  ro.metrics_path = o_.metrics_path;
-  ro.seed = o_.seed < 0 ? 0 : static_cast<std::uint64_t>(o_.seed);
+  if (!o_.swarm_key_path.empty()) {
+    net::SwarmKey k = net::load_swarm_key(o_.swarm_key_path);  // std::invalid_argument naming the file
+    if (k.readable_by_others)
+      log_->warn("swarm key '{}' can be read by other users of this machine (chmod 600 it)", o_.swarm_key_path);
+    ro.swarm_key = std::move(k.secret);
+  }
+  if (o_.seed >= 0) ro.seed = static_cast<std::uint64_t>(o_.seed);
   LoopSettings ls;
   ls.gossip.local_steps = o_.local_steps;
   ls.gossip.staleness = o_.staleness;
-  ls.gossip.codec = parse_codec(o_.codec);
+  ls.gossip.codec = parse_codec(o_.codec);  // std::invalid_argument naming the accepted codecs
   ls.gossip.mix_weight = o_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
   ls.gossip.exchange_timeout_s = o_.exchange_timeout_s;
   ls.evaluate = false;      // the user's loop evaluates (report())
-  ls.settle_s = 0;          // ... and decides when training ends
+  ls.settle_s = 0;          // ... and decides when training ends (serve() keeps averaging)
   ls.state_wait_s = 1e9;    // join(timeout) bounds the wait for the swarm's model
   ls.min_peers = o_.min_peers;
   ls.min_peers_timeout_s = o_.min_peers_timeout_s;  // then train anyway, as rumor-peer does
   // Peers starting a swarm together share their initialisation (as rumor-peer --min-peers).
   ls.gossip.fetch_state = o_.min_peers <= 1;
-  std::vector<PeerId> seeds;
-  for (const auto& j : o_.join) seeds.push_back(peer::parse_host_port(j, "join", false).str());
-  rt_ = std::make_unique<peer::Runtime>(ro, ls, *this, log_);
-  rt_->start(seeds);
+  metrics_ = std::make_unique<peer::MetricsWriter>(o_.metrics_path);  // std::runtime_error naming the path
+  rt_ = std::make_unique<peer::Runtime>(ro, ls.resolved(), *this, *metrics_, log_);
+  // Gossip is about to handle inputs: keep the buffer as the live parameters last saw it.
+  rt_->on_params_written = [this] {
+    if (!shadow_current_) {
+      std::memcpy(shadow_.data(), flat_.data(), flat_.size() * sizeof(float));
+      shadow_current_ = true;
+    }
+    maybe_written_ = true;
+  };
+  metrics_->write("start", {{"peer", rt_->id()},
+                            {"unix_time", std::chrono::duration<double>(
+                                              std::chrono::system_clock::now().time_since_epoch()).count()},
+                            {"t_offset", metrics_->elapsed()},
+                            {"device", std::string("python")}});
+  log_->info("listening on {}{}; model {} ({} parameters)", rt_->id(), o_.join.empty() ? " (new swarm)" : "",
+             o_.fingerprint, o_.size);
+  rt_->start();
 }
 
 Node::~Node() {
   if (::getpid() != pid_) {
     // A forked child: the runtime's threads and sockets are the parent's. Leak it.
     (void)rt_.release();
+    (void)metrics_.release();
     return;
   }
   try {
@@ -93,16 +114,7 @@ void Node::check_process() const {
 
 std::string Node::address() const { return rt_->id(); }
 
-void Node::drain() {
-  if (rt_->pending()) {
-    if (!shadow_current_) {
-      std::memcpy(shadow_.data(), flat_.data(), flat_.size() * sizeof(float));
-      shadow_current_ = true;
-    }
-    maybe_written_ = true;
-    rt_->drain();
-  }
-}
+void Node::drain() { rt_->drain(); }
 
 bool Node::take_delta() {
   if (!maybe_written_) return false;
@@ -119,7 +131,7 @@ bool Node::take_delta() {
   return any;
 }
 
-bool Node::until_step(double timeout_s) {
+bool Node::until_step(double timeout_s, const std::function<bool()>& give_up) {
   const auto t0 = Clock::now();
   for (;;) {
     drain();
@@ -131,7 +143,7 @@ bool Node::until_step(double timeout_s) {
       case LoopAction::Kind::Wait: break;
     }
     const double left = timeout_s - since(t0);
-    if (left <= 0) return false;
+    if (left <= 0 || (give_up && give_up())) return false;
     rt_->wait(std::min(a.until, rt_->now() + left));
   }
 }
@@ -139,7 +151,13 @@ bool Node::until_step(double timeout_s) {
 JoinResult Node::join(double timeout_s) {
   check_process();
   JoinResult r;
-  const bool ready = until_step(timeout_s);
+  // A seed that trains another model refuses us at the handshake: no point waiting further
+  // while no member has let us in.
+  auto refused = [this] {
+    return !rt_->loop().gossip().joined() &&
+           rt_->last_rejection().find("fingerprint mismatch") != std::string::npos;
+  };
+  const bool ready = until_step(timeout_s, refused);
   if (ready) {
     r.status = "ready";
     r.step = rt_->loop().gossip().adopted_step().value_or(0);
@@ -155,12 +173,23 @@ JoinResult Node::join(double timeout_s) {
   return r;
 }
 
+void Node::throw_not_ready(const char* what, double timeout_s) {
+  const PeerLoop& loop = rt_->loop();
+  if (loop.phase() == LoopPhase::Exited || loop.phase() == LoopPhase::Final) {
+    if (loop.stats().diverged)
+      throw Diverged("training diverged (a step reported a non-finite loss): this peer stopped exchanging; "
+                     "close it, lower the learning rate and start again");
+    throw std::runtime_error("the peer has left the swarm");
+  }
+  throw WaitTimeout(std::string(what) + " within " + std::to_string(timeout_s) + " s (phase " +
+                    loop_phase_name(loop.phase()) + ", clock " + std::to_string(steps_) + ", slowest live peer at " +
+                    std::to_string(loop.gossip().slowest_clock()) + ", " +
+                    std::to_string(loop.gossip().view().live_count() + 1) + " peers in view)");
+}
+
 bool Node::begin_step(double wait_timeout_s) {
   check_process();
-  if (!until_step(wait_timeout_s))
-    throw WaitTimeout("the peer could not start a step within " + std::to_string(wait_timeout_s) +
-                      " s (phase " + loop_phase_name(rt_->loop().phase()) + ", clock " + std::to_string(steps_) +
-                      ", slowest peer at " + std::to_string(rt_->loop().gossip().slowest_clock()) + ")");
+  if (!until_step(wait_timeout_s)) throw_not_ready("the peer could not start a step", wait_timeout_s);
   return take_delta();
 }
 
@@ -170,11 +199,8 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
   ++steps_;
   samples_ += samples;
   seconds_ += seconds;
-  rt_->loop().step_done(std::isfinite(loss) ? loss : 0.0, seconds, samples);
-  if (!until_step(wait_timeout_s))
-    throw WaitTimeout("the staleness bound held this peer back for more than " + std::to_string(wait_timeout_s) +
-                      " s (clock " + std::to_string(steps_) + ", slowest peer at " +
-                      std::to_string(rt_->loop().gossip().slowest_clock()) + ")");
+  rt_->loop().step_done(loss, seconds, samples);
+  if (!until_step(wait_timeout_s)) throw_not_ready("the staleness bound held this peer back", wait_timeout_s);
   return take_delta();
 }
 
@@ -198,7 +224,34 @@ void Node::report(double test_acc, double loss, double epoch) {
   check_process();
   last_acc_ = test_acc;
   last_loss_ = loss;
-  rt_->report_eval(test_acc, loss, epoch);
+  PeerLoop& loop = rt_->loop();
+  const LoopStats& ls = loop.stats();
+  const double sps = ls.interval_seconds > 0 ? static_cast<double>(ls.interval_samples) / ls.interval_seconds : 0.0;
+  const net::TransportStats ts = rt_->transport_stats();
+  const GossipStats& g = loop.gossip().stats();
+  const std::uint64_t peers = loop.gossip().view().live_count() + 1;
+  log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}",
+             epoch, steps_, loss, test_acc, sps, peers, static_cast<double>(ts.bytes_sent) / 1e6, loop.exchanges());
+  metrics_->write("eval", {{"step", steps_},
+                           {"epoch", epoch},
+                           {"loss", loss},
+                           {"test_acc", test_acc},
+                           {"samples_per_s", sps},
+                           {"bytes_sent", ts.bytes_sent},
+                           {"bytes_recv", ts.bytes_recv},
+                           {"exchanges", loop.exchanges()},
+                           {"exchanges_failed", g.failed},
+                           {"rejected", g.rejected + rt_->transport_rejected()},
+                           {"consensus_distance", g.last_distance},
+                           {"peers", peers},
+                           {"codec", o_.codec},
+                           {"payload_bytes_sent", g.payload_bytes_sent},
+                           {"payloads_sent", g.payloads_sent},
+                           {"stale", g.stale},
+                           {"waits", ls.waits},
+                           {"wait_s", ls.wait_seconds},
+                           {"max_gap", ls.max_gap}});
+  loop.reset_interval();
 }
 
 std::map<std::string, double> Node::stats() const {
@@ -226,18 +279,34 @@ void Node::close(double timeout_s) {
   if (::getpid() != pid_) throw ForkedChild("close the peer in the process that created it");
   closed_ = true;
   const auto t0 = Clock::now();
-  // Leave: announce and hand the model over, bounded by the loop's leave_wait_s and ours.
-  rt_->loop().request_stop();
+  // Leave: announce and hand the model over (the loop bounds it by leave_wait_s; we by timeout_s).
+  PeerLoop& loop = rt_->loop();
+  loop.request_stop();
+  const double budget = std::max(0.0, timeout_s - 0.3);  // keep some for the flush and the stop
   for (;;) {
-    if (rt_->pending()) rt_->drain();
-    const LoopAction a = rt_->loop().next();
+    rt_->drain();
+    const LoopAction a = loop.next();
     if (a.kind == LoopAction::Kind::Exit) break;
-    if (a.kind == LoopAction::Kind::Evaluate) continue;
-    const double left = timeout_s * 0.8 - since(t0);
+    if (a.kind == LoopAction::Kind::Evaluate) continue;  // evaluation is off
+    if (a.kind == LoopAction::Kind::Step) continue;      // cannot happen once stopping; be safe
+    const double left = budget - since(t0);
     if (left <= 0) break;
     rt_->wait(std::min(a.until, rt_->now() + left));
   }
-  rt_->close(std::max(0.05, timeout_s - since(t0)), last_acc_, last_loss_);
+  const net::TransportStats ts = rt_->transport_stats();
+  const LoopStats& ls = loop.stats();
+  metrics_->write("done", {{"steps", steps_},
+                           {"test_acc", last_acc_},
+                           {"loss", last_loss_},
+                           {"samples_per_s", ls.train_seconds > 0 ? static_cast<double>(samples_) / ls.train_seconds : 0.0},
+                           {"wall_s", ls.training_started >= 0 ? rt_->now() - ls.training_started : 0.0},
+                           {"bytes_sent", ts.bytes_sent},
+                           {"bytes_recv", ts.bytes_recv},
+                           {"exchanges", loop.exchanges()},
+                           {"exchanges_failed", loop.gossip().stats().failed}});
+  log_->info("closed: {} steps, {} exchanges, {:.1f} MB sent, in {:.2f} s", steps_, loop.exchanges(),
+             static_cast<double>(ts.bytes_sent) / 1e6, since(t0));
+  rt_->close(std::clamp(timeout_s - since(t0) - 0.1, 0.0, 1.0));
 }
 
 }  // namespace rumor::python

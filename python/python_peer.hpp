@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -33,6 +34,7 @@ class logger;
 }
 namespace rumor::peer {
 class Runtime;
+class MetricsWriter;
 }
 
 namespace rumor::python {
@@ -67,6 +69,10 @@ struct JoinResult {
 
 // A wait that did not end within its timeout (the staleness bound held this peer back).
 struct WaitTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A step reported a non-finite loss: the loop stopped (as rumor-peer exits 1).
+struct Diverged : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 // Used from a forked child.
@@ -124,10 +130,13 @@ class Node final : public LoopModel {
   void check_process() const;
   // Takes the shadow (if the buffer was copied into since) and hands queued inputs to Gossip.
   void drain();
-  // Loops next() until it says Step; waits on the inbox meanwhile. False on timeout / exit.
-  bool until_step(double timeout_s);
+  // Loops next() until it says Step; waits on the inbox meanwhile. False on timeout, on exit,
+  // or as soon as give_up() says so.
+  bool until_step(double timeout_s, const std::function<bool()>& give_up = {});
   // delta_ = flat_ - shadow_, shadow_ = flat_; true if any coordinate changed.
   bool take_delta();
+  // until_step() failed: Diverged, left, or WaitTimeout with what the loop is waiting for.
+  [[noreturn]] void throw_not_ready(const char* what, double timeout_s);
 
   NodeOptions o_;
   pid_t pid_;
@@ -139,8 +148,9 @@ class Node final : public LoopModel {
   bool maybe_written_ = false;
   std::uint64_t steps_ = 0, samples_ = 0;
   double last_acc_ = NAN, last_loss_ = NAN;
-  double seconds_ = 0;
+  double seconds_ = 0;  // step time reported by the Python side
   bool closed_ = false;
+  std::unique_ptr<peer::MetricsWriter> metrics_;  // outlives rt_, which writes into it
   std::unique_ptr<peer::Runtime> rt_;
 };
 

@@ -30,10 +30,15 @@ except ImportError as e:  # pragma: no cover - a build or path problem, said pla
         "rumor: the compiled extension rumor._rumor is missing (" + str(e) + "). Build it with "
         "`cmake --build build --target rumor_python` and put build/python on PYTHONPATH.") from e
 
-__all__ = ["Peer", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout"]
+__all__ = ["Peer", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout",
+           "Diverged"]
 
-# The staleness bound held a step back longer than the peer's wait_timeout (a TimeoutError).
+# The staleness bound (or a join that never finished) held a step back longer than the peer's
+# wait_timeout: a TimeoutError.
 WaitTimeout = _rumor.WaitTimeout
+# A step reported a non-finite loss (step(loss=...)): the peer stopped exchanging, as rumor-peer
+# exits 1 when training diverges. A RuntimeError.
+Diverged = _rumor.Diverged
 
 
 class RumorError(RuntimeError):

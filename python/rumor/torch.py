@@ -225,6 +225,11 @@ class _Sync:
         delta = self.peer.serve(seconds)
         if delta is not None:
             self.layout.add(delta)
+        self._last = None  # not training time
+
+    def report(self, test_acc, loss, epoch):
+        self.peer.report(test_acc, loss, epoch)
+        self._last = None  # the evaluation before it was not training time
 
     def after_update(self, loss, samples):
         self.layout.copy_in()
@@ -289,6 +294,11 @@ class GossipOptimizer:
         mixed in meanwhile is applied to the parameters."""
         self._sync.serve(seconds)
 
+    def report(self, test_acc, loss=float("nan"), epoch=0.0):
+        """An "eval" metrics line (rumor.Peer.report); the time since the last step is not
+        counted as training time (samples/s)."""
+        self._sync.report(test_acc, loss, epoch)
+
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
@@ -338,3 +348,7 @@ class ParamAverager:
     def serve(self, seconds):
         """Answers the swarm for `seconds` without training (see rumor.Peer.serve)."""
         self._sync.serve(seconds)
+
+    def report(self, test_acc, loss=float("nan"), epoch=0.0):
+        """An "eval" metrics line (rumor.Peer.report), as GossipOptimizer.report."""
+        self._sync.report(test_acc, loss, epoch)

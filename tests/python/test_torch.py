@@ -94,12 +94,12 @@ def test_models_that_cannot_be_averaged_are_refused_clearly():
         rt.ModelLayout(Tiny(), loss="hinge")
 
 
-def train_steps(opt, model, steps, x, y, sleep=0.0):
+def train_steps(opt, model, steps, x, y, sleep=0.0, report_loss=True):
     for _ in range(steps):
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
-        opt.step(loss=loss)
+        opt.step(loss=loss) if report_loss else opt.step()
         if sleep:
             time.sleep(sleep)
     return loss.item()
@@ -171,10 +171,10 @@ def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
         end = time.monotonic() + 20
         while peers[i].stats()["peers"] < 3 and time.monotonic() < end:
             train_steps(opts[i], models[i], 1, x, y, 0.003)
-        if i == 2:
+        if i == 2:  # goes on gossiping its broken model (its loss is not reported: see below)
             with torch.no_grad():
                 models[i].fc.weight[0, 0] = float("nan")
-        losses = [train_steps(opts[i], models[i], 1, x, y, 0.003) for _ in range(150)]
+        losses = [train_steps(opts[i], models[i], 1, x, y, 0.003, report_loss=i != 2) for _ in range(150)]
         return losses
 
     results = run_threads([lambda i=i: run(i) for i in range(3)], 80)
@@ -185,6 +185,10 @@ def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
     rejected = sum(peers[i].stats()["rejected"] for i in (0, 1))
     assert rejected > 0, "the healthy peers should have refused the NaN model"
     assert sum(peers[i].stats()["exchanges"] for i in (0, 1)) > 0
+    # A peer that reports its non-finite loss stops exchanging, as rumor-peer does (exit 1).
+    x, y = data(12)
+    with pytest.raises(rumor.Diverged):
+        train_steps(opts[2], models[2], 2, x, y)
     for p in peers:
         p.close()
 
