@@ -265,7 +265,8 @@ std::map<std::string, double> Node::stats() const {
   s["failed"] = static_cast<double>(g.failed);
   s["rejected"] = static_cast<double>(g.rejected);
   s["stale"] = static_cast<double>(g.stale);
-  s["peers"] = static_cast<double>(rt_->loop().gossip().view().live_count() + 1);
+  s["peers"] = static_cast<double>(rt_->loop().gossip().view().live_count() + 1);  // alive or suspect, and us
+  s["alive"] = static_cast<double>(rt_->loop().gossip().view().alive().size() + 1);
   s["waits"] = static_cast<double>(rt_->loop().stats().waits);
   s["wait_s"] = rt_->loop().stats().wait_seconds;
   const auto ts = rt_->transport_stats();
@@ -282,7 +283,7 @@ void Node::close(double timeout_s) {
   // Leave: announce and hand the model over (the loop bounds it by leave_wait_s; we by timeout_s).
   PeerLoop& loop = rt_->loop();
   loop.request_stop();
-  const double budget = std::max(0.0, timeout_s - 0.3);  // keep some for the flush and the stop
+  const double budget = std::max(0.0, timeout_s - 0.8);  // keep some for the flush and the stop
   for (;;) {
     rt_->drain();
     const LoopAction a = loop.next();
@@ -306,7 +307,7 @@ void Node::close(double timeout_s) {
                            {"exchanges_failed", loop.gossip().stats().failed}});
   log_->info("closed: {} steps, {} exchanges, {:.1f} MB sent, in {:.2f} s", steps_, loop.exchanges(),
              static_cast<double>(ts.bytes_sent) / 1e6, since(t0));
-  rt_->close(std::clamp(timeout_s - since(t0) - 0.1, 0.0, 1.0));
+  rt_->close(std::clamp(timeout_s - since(t0) - 0.3, 0.0, 0.5));
 }
 
 }  // namespace rumor::python

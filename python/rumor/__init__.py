@@ -234,7 +234,8 @@ class Peer:
         self._bound().report(float(test_acc), float(loss), float(epoch))
 
     def stats(self):
-        """Counters: steps, exchanges, failed, rejected, bytes sent and received, peers in view, ..."""
+        """Counters: steps, samples, exchanges (initiated + answered), failed, rejected, stale,
+        peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv."""
         return self._bound().stats()
 
     def close(self, timeout=5.0):

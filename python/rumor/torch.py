@@ -75,9 +75,10 @@ class ModelLayout:
         off = 0
         if dense is not None:
             widths, linears = dense
-            for i, lin in enumerate(linears, 1):
-                for name, t, tr in ((f"fc{i}.weight", lin.weight, True), (f"fc{i}.bias", lin.bias, False)):
-                    self.entries.append((name, t, off, t.numel(), tr))
+            names = {id(p): n for n, p in model.named_parameters()}  # torch's names, for messages
+            for lin in linears:
+                for t, tr in ((lin.weight, True), (lin.bias, False)):
+                    self.entries.append((names[id(t)], t, off, t.numel(), tr))
                     off += t.numel()
             kind = "mlp" if len(linears) > 1 else ("logreg" if loss == "ce" else "linreg")
             self.fingerprint = dense_fingerprint(kind, widths, "ce" if kind != "linreg" else "mse")

@@ -62,15 +62,16 @@ class RawPeer:
 
 def test_four_python_peers_average_to_the_mean():
     n = 1000
-    peers = [RawPeer(n, 11)]
+    # Started together (min_peers): every peer keeps its own values, no state transfer.
+    peers = [RawPeer(n, 11, min_peers=4)]
     for i in range(1, 4):
-        peers.append(RawPeer(n, 11 + i, join=[peers[0].address]))
+        peers.append(RawPeer(n, 11 + i, join=[peers[0].address], min_peers=4))
     mean = np.mean([p.init.astype(np.float64) for p in peers], axis=0)
     done = [False]
 
     def converged():
         lives = [p.live.copy() for p in peers]
-        return all(rel_distance(a, lives[0]) < 1e-7 for a in lives)
+        return all(rel_distance(a, lives[0]) < 1e-6 for a in lives)
 
     def run(p):
         p.join(10)
@@ -156,7 +157,7 @@ def test_a_python_peer_killed_with_sigkill_does_not_stall_the_others(children, t
     took = run_threads([lambda p=p, i=i: run(p, i == 0) for i, p in enumerate(others)], 75)
     assert max(took) < 25, f"150 steps after the kill took {max(took):.1f} s"
     for p in others:
-        assert p.peer.stats()["peers"] == 3, "the killed peer should have left every view"
+        assert p.peer.stats()["alive"] == 3, "the killed peer should be suspect or dead in every view"
         p.peer.close()
 
 
@@ -182,12 +183,15 @@ def test_a_joiner_gets_the_swarm_state_before_its_first_step():
     while trained[0] < 2 and time.monotonic() < end:
         time.sleep(0.05)
     assert trained[0] == 2
+    time.sleep(1.0)  # exchanges still in flight when training ended complete (or time out)
     c = RawPeer(n, 33, join=[a.address])
     step = c.join(10)
     assert step >= 40, f"the joiner took step {step}, expected the swarm's (>= 40)"
     assert c.peer.stats()["steps"] == step
-    swarm = (a.live.astype(np.float64) + b.live) / 2
-    assert rel_distance(c.live, swarm) < 1e-3, "the joiner should start from the swarm's model"
+    # The source's model: its buffer (A and B are inside serve(), which applies what was mixed
+    # meanwhile to their live values only when it returns).
+    d = min(rel_distance(c.live, a.flat), rel_distance(c.live, b.flat))
+    assert d < 1e-7, f"the joiner should start from the swarm's model (relative distance {d:.3g})"
     assert rel_distance(c.live, c.init) > 0.5
     t.join(20)
     for p in (a, b, c):
