@@ -207,15 +207,27 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
 bool Node::serve(double seconds) {
   check_process();
   const auto t0 = Clock::now();
+  double last_idle = -1;
   for (;;) {
     drain();
     const LoopAction a = rt_->loop().next();
     const double left = seconds - since(t0);
     if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
     if (a.kind == LoopAction::Kind::Evaluate) continue;
-    // Step: nothing to do but answer; Wait: until the loop's own deadline too.
-    const double until = rt_->now() + left;
-    rt_->wait(a.kind == LoopAction::Kind::Wait ? std::min(a.until, until) : until);
+    const double now = rt_->now();
+    double until = now + left;
+    if (a.kind == LoopAction::Kind::Step) {
+      // Not training: keep averaging as a settling peer does (Gossip::on_idle starts an
+      // exchange when a slot is free), at most every kSettleTickUntrained seconds.
+      if (last_idle < 0 || now - last_idle >= LoopSettings::kSettleTickUntrained) {
+        rt_->gossip().on_idle();
+        last_idle = now;
+      }
+      until = std::min(until, last_idle + LoopSettings::kSettleTickUntrained);
+    } else {
+      until = std::min(until, a.until);
+    }
+    rt_->wait(until);
   }
   return take_delta();
 }

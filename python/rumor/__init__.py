@@ -221,11 +221,12 @@ class Peer:
         return self._bound().end_step(float(loss), float(seconds), int(samples), self.wait_timeout)
 
     def serve(self, seconds):
-        """Answers the swarm for `seconds` without training (GIL released): exchanges, state
-        transfers to joiners, probes. A peer otherwise handles the network only inside its
-        steps, so call this while your loop does something long (evaluation, checkpoints) or
-        after training while others still learn from you. Returns the change mixed into the
-        buffer meanwhile (as begin_step()), or None."""
+        """Averages with the swarm for `seconds` without training (GIL released): answers
+        exchanges, state transfers to joiners and probes, and starts exchanges itself (at most
+        one per 10 ms, as a settling rumor-peer does). A peer otherwise handles the network only
+        inside its steps, so call this while your loop does something long (evaluation,
+        checkpoints), or after training so that the peers end close to the swarm's average.
+        Returns the change mixed into the buffer meanwhile (as begin_step()), or None."""
         return self._bound().serve(float(seconds))
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
