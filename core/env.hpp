@@ -18,7 +18,8 @@ namespace rumor {
 struct ProtocolEvent {
   enum class Kind {
     ExchangeDone,    // an exchange completed and was mixed in (peer, bytes, distance)
-    ExchangeFailed,  // deadline missed, peer unreachable, peer busy (peer, reason)
+    ExchangeFailed,  // deadline missed, peer unreachable, our input refused (peer, reason)
+    ExchangeDeclined,  // the peer declined, as the protocol says it should: crossing requests, joining, leaving, stale (peer, reason)
     Rejected,        // bad input from a peer: refused, nothing mixed (peer, reason)
     Join,            // a member entered our view (peer)
     Leave,           // a member left gracefully (peer)
@@ -29,6 +30,12 @@ struct ProtocolEvent {
     StateReceived,   // a joiner got the model from `peer` (other = its step)
     StateFailed,     // no member delivered the model: training from our own initialisation
     Handover,        // a leaving peer handed us its model and we merged it (peer, distance)
+    // The loop around the protocol (core/peer_loop.hpp):
+    PeersInView,     // the --min-peers wait ended (other = peers in view, ourselves included; seconds; reason "timed out" or empty)
+    Training,        // training begins after a state wait (other = the swarm's step adopted, or 0; seconds waited; reason why none was adopted)
+    Diverged,        // the loss of a step was not finite (clock; reason = the loss)
+    Settled,         // settling ended (other = exchanges while settling; seconds; distance = the last one)
+    Departed,        // the graceful leave ended (seconds; reason "no neighbour confirmed the hand-over" or empty)
   } kind;
   PeerId peer;
   std::string reason;

@@ -19,6 +19,7 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
   switch (k) {
     case K::ExchangeDone: return "exchange";
     case K::ExchangeFailed: return "exchange_failed";
+    case K::ExchangeDeclined: return "exchange_declined";
     case K::Rejected: return "rejected";
     case K::Join: return "join";
     case K::Leave: return "leave";
@@ -29,6 +30,11 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
     case K::StateReceived: return "state_received";
     case K::StateFailed: return "state_failed";
     case K::Handover: return "handover";
+    case K::PeersInView: return "peers_in_view";
+    case K::Training: return "training";
+    case K::Diverged: return "diverged";
+    case K::Settled: return "settled";
+    case K::Departed: return "departed";
   }
   return "?";
 }
@@ -139,9 +145,16 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
   const PeerId peer = out_[index].peer;
   out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(index));
   ++stats_.failed;
-  if (peer_busy) ++stats_.busy;
   env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, peer, reason));
-  if (!peer_busy) note_failure(peer);  // a busy peer is healthy: just pick again
+  if (!peer_busy) note_failure(peer);  // a peer that answered is healthy: just pick again
+}
+
+void Gossip::decline_exchange(std::size_t index, const std::string& reason) {
+  RUMOR_CHECK(index < out_.size());
+  const PeerId peer = out_[index].peer;
+  out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(index));
+  ++stats_.declined;
+  env_.event(ev(ProtocolEvent::Kind::ExchangeDeclined, peer, reason));
 }
 
 void Gossip::note_failure(const PeerId& peer) {

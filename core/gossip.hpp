@@ -110,8 +110,11 @@ struct GossipConfig {
 struct GossipStats {
   std::uint64_t exchanges = 0;        // completed as initiator
   std::uint64_t answered = 0;         // completed as responder
-  std::uint64_t failed = 0;           // initiated and given up (timeout, unreachable, busy)
-  std::uint64_t busy = 0;             // of which the peer was busy
+  std::uint64_t failed = 0;           // initiated and given up: timeout, unreachable, or our input refused
+  // Initiated and declined by a healthy peer, as the protocol says it should: two requests
+  // crossed (the smaller id's is answered), the peer is joining or leaving, or the clocks are
+  // more than TAU apart. Normal operation, not a failure: counted apart and not held against it.
+  std::uint64_t declined = 0;
   std::uint64_t rejected = 0;         // bad input refused
   std::uint64_t late_replies = 0;     // replies after their deadline (ignored)
   std::uint64_t stale = 0;            // exchanges refused because the clocks were too far apart
@@ -179,8 +182,11 @@ class Gossip {
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
   void start_exchange();
-  // Gives up exchange `it` (nothing mixed on our side).
+  // Gives up exchange `it` (nothing mixed on our side). `peer_busy`: the peer answered (it is
+  // healthy), so the failure is not held against it.
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
+  // The peer declined exchange `it` as the protocol says it should (stats().declined).
+  void decline_exchange(std::size_t index, const std::string& reason);
   // A failed exchange or probe: skip the peer for a while, suspect it after several in a row.
   void note_failure(const PeerId& peer);
   // Index in out_ of the exchange with `peer` (and id, if given), or npos.

@@ -234,8 +234,13 @@ void Gossip::on_busy(const PeerId& from, const Message& msg) {
   merge_view(h.view);
   heard_from(from);
   if (auto i = find_out(from, h.exchange_id); i != npos) {
-    if (h.reason.rfind("stale", 0) == 0) ++stats_.stale;
-    fail_exchange(i, "busy: " + h.reason, true);
+    const auto says = [&](const char* prefix) { return h.reason.rfind(prefix, 0) == 0; };
+    if (says("stale")) ++stats_.stale;
+    // The reasons on_exchange_request gives for a refusal that is part of the protocol.
+    if (says("crossing exchange") || says("joining") || says("leaving") || says("stale"))
+      decline_exchange(i, h.reason);
+    else
+      fail_exchange(i, "refused: " + h.reason, true);
   }
 }
 

@@ -34,21 +34,9 @@
 
 #include "core/env.hpp"
 #include "core/gossip.hpp"
+#include "core/loop_model.hpp"
 
 namespace rumor {
-
-// What the loop needs of the model being trained. core's Trainer is one implementation
-// (TrainerModel in core/trainer.hpp), a PyTorch model behind the Python module another, the
-// simulator's averaging-only peers a third.
-class LoopModel {
- public:
-  virtual ~LoopModel() = default;
-  virtual std::span<float> params() = 0;        // the flat live parameters Gossip mixes into
-  virtual std::uint64_t steps() const = 0;      // local steps done: the peer's clock
-  virtual std::uint64_t samples() const = 0;    // samples processed (mix weight "samples")
-  virtual double epochs_done() const = 0;       // 0 where there is no notion of epochs
-  virtual void adopt_step(std::uint64_t step) = 0;  // a state transfer brought the swarm's step
-};
 
 // Every knob of a peer's loop, set by the daemon from its flags, by the simulator from a
 // scenario, by the Python module from its arguments. Documented constants are below.
@@ -142,10 +130,12 @@ class PeerLoop {
   bool eval_due() const;
   void enter(LoopPhase p);
   LoopAction wait_until(double t) { return {LoopAction::Kind::Wait, t}; }
+  void begin_training();
   LoopAction training_top();
   LoopAction after_training();
+  LoopAction begin_leave();
   LoopAction settle_next();
-  void idle_if_due();
+  void idle_if_due(double interval);  // Gossip::on_idle, at most once per `interval`
   void emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
             std::string reason);
 
@@ -158,10 +148,11 @@ class PeerLoop {
   bool stop_requested_ = false;
   double phase_start_ = 0;
   double last_idle_ = -1;        // env time of the last Gossip::on_idle
-  bool first_eval_done_ = false;
+  bool first_eval_pending_ = false, eval_pending_ = false;
   std::uint64_t next_epoch_eval_ = 1;
   // The staleness wait in progress.
   bool waiting_stale_ = false;
+  double stale_since_ = 0;
   std::uint64_t wait_slowest_ = 0;
   // Settling.
   double settle_tick_ = 0;

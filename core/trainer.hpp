@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "core/loop_model.hpp"
 #include "core/backend.hpp"
 #include "core/dataset.hpp"
 #include "core/model.hpp"
@@ -49,7 +50,7 @@ struct TrainingPosition {
   std::uint64_t samples = 0;       // samples processed
 };
 
-class Trainer {
+class Trainer final : public LoopModel {
  public:
   // `shard` is the data this peer trains on; its width and classes must fit the model spec.
   Trainer(const TrainerConfig& cfg, std::shared_ptr<const Dataset> shard, std::size_t input_dim,
@@ -72,7 +73,7 @@ class Trainer {
   const Model& model() const { return *model_; }
   // Its name(), and steps(); its state through optimizer_state() (a device keeps the live one).
   Optimizer& optimizer() { return *opt_; }
-  std::span<float> params() { return host_params_; }
+  std::span<float> params() override { return host_params_; }
   std::span<const float> params() const { return host_params_; }
   // See the top of this file: a no-op on the CPU.
   void params_written() { params_dirty_ = !host_; }
@@ -92,11 +93,11 @@ class Trainer {
   void set_position(const TrainingPosition& p);
   // A joiner takes the swarm's step (its learning-rate schedule position and clock) but keeps
   // walking its own shard from the start.
-  void adopt_step(std::uint64_t step) { step_ = step; }
+  void adopt_step(std::uint64_t step) override { step_ = step; }
   double current_lr() const { return learning_rate(cfg_.schedule, step_); }
-  std::uint64_t steps() const { return step_; }
-  std::uint64_t samples() const { return samples_; }
-  double epochs_done() const;  // fractional epochs over this shard
+  std::uint64_t steps() const override { return step_; }
+  std::uint64_t samples() const override { return samples_; }
+  double epochs_done() const override;  // fractional epochs over this shard
 
  private:
   TrainerConfig cfg_;

@@ -97,6 +97,35 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--codec", c.codec, "Parameter encoding on the wire: none, fp16, int8, or topk (sparse residuals with error feedback, docs/ARCHITECTURE.md)")
       ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8", "topk"}))->capture_default_str();
 
+  auto* g_tune = "Protocol tuning (defaults suit most runs; rumor-sim's gossip.* keys of the same names)";
+  app.add_option("--probe-timeout", c.probe_timeout_s,
+                 "Seconds a SWIM ping has before indirect probes (default: min(0.25, --probe-interval / 2))")
+      ->group(g_tune)->check(CLI::Range(0.001, 60.0));
+  app.add_option("--max-in-flight", c.max_in_flight, "Exchanges this peer may have open at once (1 or 2; core/gossip.hpp says why not more)")
+      ->group(g_tune)->check(CLI::Range(1, 2))->capture_default_str();
+  app.add_option("--stream-exchanges", c.stream_exchanges,
+                 "Send the request header before the parameters, so the reply travels meanwhile (false: one-shot exchanges)")
+      ->group(g_tune)->capture_default_str();
+  app.add_option("--topk-fraction", c.topk_fraction, "--codec topk: fraction of the coordinates averaged per exchange")
+      ->group(g_tune)->check(CLI::Range(1e-6, 1.0))->capture_default_str();
+  app.add_option("--failure-backoff", c.failure_backoff_s, "Skip a peer whose exchange failed for SEC x failures (capped at 8x)")
+      ->group(g_tune)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_option("--suspect-after", c.suspect_after, "Suspect a peer after this many failed exchanges in a row")
+      ->group(g_tune)->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--join-retry", c.join_retry_s, "Seconds between join requests to the --join members until one answers")
+      ->group(g_tune)->check(CLI::Range(0.01, 600.0))->capture_default_str();
+  app.add_option("--digest-limit", c.digest_limit, "Members piggybacked on every message (membership gossip)")
+      ->group(g_tune)->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--state-timeout", c.state_timeout_s, "Seconds a state-transfer chunk may take before another member is asked")
+      ->group(g_tune)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
+  app.add_option("--leave-timeout", c.leave_timeout_s, "Seconds a leaving peer waits for one member to take its model before trying another")
+      ->group(g_tune)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
+  app.add_option("--state-wait", c.state_wait_s,
+                 "A joiner that has not received the swarm's model after SEC seconds trains from its own initialisation")
+      ->group(g_tune)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  app.add_option("--leave-wait", c.leave_wait_s, "On SIGTERM, exit after SEC seconds even if no member took the model")
+      ->group(g_tune)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+
   auto* g_trust = "Trust (docs/security.md)";
   app.add_option("--swarm-key", c.swarm_key_path,
                  "Secret shared by the swarm's members (a file of at least 16 bytes, e.g. head -c 32 /dev/urandom "

@@ -36,6 +36,20 @@ struct Config {
   std::size_t min_peers = 1;         // wait for this many members (self included) before training
   double min_peers_timeout_s = 120;  // then train anyway
   double probe_interval_s = 0.5;      // SWIM probe period
+  // Protocol tuning: every knob of core's GossipConfig / LoopSettings that rumor-sim sets
+  // (docs/sim.md gossip.* keys) has a flag here, with the same default.
+  double probe_timeout_s = NAN;       // NaN: min(0.25, probe_interval / 2)
+  std::size_t max_in_flight = 2;
+  bool stream_exchanges = true;
+  double topk_fraction = 0.01;
+  double failure_backoff_s = 1.0;
+  int suspect_after = 3;
+  double join_retry_s = 1.0;
+  std::size_t digest_limit = 32;
+  double state_timeout_s = 2.0;
+  double leave_timeout_s = 1.5;
+  double state_wait_s = 60;           // a joiner without the swarm's model by then trains from its own
+  double leave_wait_s = 4;            // a leaving peer exits by then without a LeaveAck
   std::string checkpoint_dir;        // --checkpoint DIR (off when empty)
   double checkpoint_every_s = 30;
   bool resume = false;

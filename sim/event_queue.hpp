@@ -19,7 +19,6 @@ enum class EventKind : std::uint8_t {
   StepEnd,     // the optimizer half is done (the end-of-step boundary)
   Resume,      // an evaluation pause is over
   Tick,        // training off: one averaging tick
-  SettleTick,  // the settle loop's periodic wake-up (arg: its iteration)
   WaitTick,    // an idle wait's periodic wake-up (arg: its iteration)
   Deliver,     // a message arrives (peer: receiver; arg: slab index)
   Timer,       // a protocol timer fires (arg: the timer id)

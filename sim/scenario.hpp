@@ -126,7 +126,6 @@ struct Scenario {
   std::uint64_t seed = 1;
   double duration = 0;         // hard end of virtual time; 0 = when every peer is done
   double settle = 3.0;         // like rumor-peer --settle (its default)
-  double settle_tick = 0.002;  // the daemon's settle loop wakes every 2 ms
   // [workload]
   WorkloadKind workload = WorkloadKind::Model;
   bool training = true;        // false: pure averaging (peers tick, parameters never trained)

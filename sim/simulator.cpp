@@ -15,6 +15,7 @@
 
 #include "core/check.hpp"
 #include "core/mix.hpp"
+#include "core/peer_loop.hpp"
 #include "core/model.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/network.hpp"
@@ -39,6 +40,38 @@ const char* peer_state_name(PeerState s) {
 }
 
 namespace {
+
+// A peer's loop settings from the scenario (docs/sim.md names the keys after rumor-peer's flags).
+LoopSettings loop_settings(const Scenario& s) {
+  LoopSettings ls;
+  GossipConfig& gc = ls.gossip;
+  gc.local_steps = s.local_steps;
+  gc.mix_weight = s.mix_samples ? MixWeight::Samples : MixWeight::Uniform;
+  gc.max_in_flight = s.max_in_flight;
+  gc.exchange_timeout_s = s.exchange_timeout;
+  gc.failure_backoff_s = s.failure_backoff;
+  gc.suspect_after_failures = s.suspect_after;
+  gc.suspect_timeout_s = s.suspect_timeout;
+  gc.join_retry_s = s.join_retry;
+  gc.digest_limit = s.digest_limit;
+  gc.staleness = s.staleness;
+  gc.codec = s.codec;
+  gc.topk_fraction = s.topk_fraction;
+  gc.probe_interval_s = s.probe_interval;
+  gc.probe_timeout_s = s.probe_timeout;
+  gc.stream_exchanges = s.stream_exchanges;
+  gc.state_timeout_s = s.state_timeout;
+  gc.leave_timeout_s = s.leave_timeout;
+  ls.steps = s.steps;
+  ls.epochs = s.training ? s.epochs : 0;
+  ls.duration_s = s.peer_duration;
+  ls.evaluate = s.peer_evals;
+  ls.eval_every = s.eval_every_steps;
+  ls.state_wait_s = s.state_wait;
+  ls.leave_wait_s = s.leave_wait;
+  ls.settle_s = s.settle;
+  return ls;
+}
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -81,6 +114,25 @@ struct Slot {
 
 class SimEnv;
 
+// What the loop (core/peer_loop.hpp) sees of a simulated peer: its model, or with training off
+// (averaging studies) its parameters and a clock of idle ticks.
+class SimLoopModel final : public LoopModel {
+ public:
+  SimLoopModel(PeerModel& m, bool training) : m_(m), training_(training) {}
+  std::span<float> params() override { return m_.params(); }
+  std::uint64_t steps() const override { return training_ ? m_.steps() : ticks; }
+  std::uint64_t samples() const override { return training_ ? m_.samples() : ticks; }
+  double epochs_done() const override { return training_ ? m_.epochs_done() : 0.0; }
+  void adopt_step(std::uint64_t step) override {
+    if (training_) m_.adopt_step(step);
+  }
+  std::uint64_t ticks = 0;  // training off: averaging ticks done
+
+ private:
+  PeerModel& m_;
+  bool training_;
+};
+
 struct Peer {
   std::uint32_t index = 0;
   PeerId id;
@@ -89,35 +141,27 @@ struct Peer {
   std::uint32_t life = 0;
   bool exists = false;          // created at least once (founder, or its join happened)
   bool busy = false;            // in a step or an evaluation pause: inputs wait in `inbox`
-  bool stop_requested = false;  // graceful leave asked
-  bool diverged = false;
   bool begun = false;           // open_peer done, begin_peer done
-  enum class AfterPause : std::uint8_t { LoopTop, Exit } after_pause = AfterPause::LoopTop;
-  // Idle waits, as the daemon's: for the joiner's model (state transfer), for the staleness
-  // bound, for the hand-over of a graceful leave. Inputs are handled as they come, and the
-  // condition is looked at after each one and every 2 ms.
-  enum class Wait : std::uint8_t { None, State, Stale, Leave } wait = Wait::None;
-  double wait_start = 0, last_idle = -1;
-  std::uint64_t wait_iter = 0, wait_slowest = 0;
+  bool waiting = false;         // its loop said Wait: it sleeps until an input or `wait_until`
+  bool stepping = false;        // a Step is in progress (with training off: a tick is due)
+  bool skip_drain = false;      // after the final evaluation: exit without handling more inputs
+  double wait_until = -1;       // the WaitTick event set for the current wait
+  std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
   bool active = false;    // counted in Impl::active: loading or running
   std::vector<Input> inbox;
   std::unique_ptr<SimEnv> env;
   std::unique_ptr<PeerModel> model;
-  std::unique_ptr<Gossip> gossip;
+  std::unique_ptr<SimLoopModel> side;
+  std::unique_ptr<PeerLoop> loop;
   Rng compute_rng;
   std::vector<std::uint32_t> stragglers;  // indices of the straggler lines that name it
-  double started_at = 0, step_end_at = 0, pending_cpu = 0, last_loss = 0;
-  std::uint64_t ticks = 0;  // training off: averaging ticks done
-  std::uint64_t next_epoch_eval = 1;
-  double settle_start = 0, settle_tick = 0, settle_last_idle = -1;
-  double train_seconds = 0;  // virtual time spent in steps (the daemon's train_seconds)
-  std::uint64_t settle_seen = 0, settle_iter = 0, settle_initiated = 0;
-  int settle_close = 0;
+  double started_at = 0, step_end_at = 0, step_seconds = 0, pending_cpu = 0, last_loss = 0;
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
   double final_acc = kNaN, final_loss = kNaN;
 
   bool running() const { return state == PeerState::Training || state == PeerState::Settling; }
+  Gossip* gossip() const { return loop ? &loop->gossip() : nullptr; }
 };
 
 struct Simulation::Impl {
@@ -166,34 +210,24 @@ struct Simulation::Impl {
   }
   std::uint64_t peer_steps(const Peer& p) const {
     if (!p.model) return 0;
-    return s.training ? p.model->steps() : p.ticks;
+    return p.side ? p.side->steps() : 0;
   }
   std::uint64_t peer_exchanges(const Peer& p) const {
-    return p.gossip ? p.gossip->stats().exchanges + p.gossip->stats().answered : 0;
+    return p.loop ? p.loop->exchanges() : 0;
   }
 
   // ---- life cycle ----
   void open_peer(Peer& p);
   void begin_peer(Peer& p);
   std::vector<PeerId> seeds_for(const Peer& p);
-  bool stop_rule(const Peer& p) const;
-  void loop_top(Peer& p, bool waited = false);
+  void act(Peer& p);
   void begin_step(Peer& p);
   void step_mid(Peer& p);
   void step_end(Peer& p);
   void tick(Peer& p);
   double draw_step(Peer& p);
-  bool eval_due(const Peer& p) const;
   void peer_eval(Peer& p);
-  void pause(Peer& p, Peer::AfterPause next);
-  void resume(Peer& p);
-  void after_start(Peer& p);
-  void enter_wait(Peer& p, Peer::Wait w);
-  void wait_check(Peer& p, bool tick);
-  void finish_training(Peer& p);
-  void arm_settle(Peer& p);
-  void settle_iteration(Peer& p);
-  void final_phase(Peer& p);
+  void pause(Peer& p);
   void exit_peer(Peer& p);
   void drop_process(Peer& p);
   void update_cpu(Peer& p);
@@ -219,7 +253,11 @@ struct Simulation::Impl {
   // ---- engine ----
   void process(const Event& e);
   void dispatch(const Event& e, Peer& p);
+  enum class Progress { Sample, Event, Limit, Over };
+  Progress advance_once(double limit);
   bool advance(double limit);
+  Simulation* owner = nullptr;
+  std::function<void(const Simulation&)> after_event;
   void record_sample(double t);
   Sample compute_sample(double t);
   double end_time() const { return s.duration > 0 ? s.duration : std::numeric_limits<double>::infinity(); }
@@ -362,47 +400,29 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.started_at = now;
   p.busy = true;
   p.begun = false;
-  p.wait = Peer::Wait::None;
-  p.stop_requested = false;
-  p.diverged = false;
-  p.ticks = 0;
-  p.next_epoch_eval = 1;
+  p.waiting = false;
+  p.stepping = false;
+  p.skip_drain = false;
+  p.wait_until = -1;
   p.pending_cpu = 0;
-  p.train_seconds = 0;
   const Rng root(s.seed);
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
   p.model = work->make_peer(p.index, p.life);
+  p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
   p.env = std::make_unique<SimEnv>(*this, p.index, p.life, p.life == 0 ? root.fork(p.index) : root.fork(p.index).fork(p.life));
-  GossipConfig gc;
-  gc.local_steps = s.local_steps;
-  gc.mix_weight = s.mix_samples ? MixWeight::Samples : MixWeight::Uniform;
-  gc.max_in_flight = s.max_in_flight;
-  gc.exchange_timeout_s = s.exchange_timeout;
-  gc.failure_backoff_s = s.failure_backoff;
-  gc.suspect_after_failures = s.suspect_after;
-  gc.suspect_timeout_s = s.suspect_timeout;
-  gc.join_retry_s = s.join_retry;
-  gc.digest_limit = s.digest_limit;
-  gc.staleness = s.staleness;
-  gc.codec = s.codec;
-  gc.topk_fraction = s.topk_fraction;
-  gc.probe_interval_s = s.probe_interval;
-  gc.probe_timeout_s = s.probe_timeout;
+  LoopSettings ls = loop_settings(s);
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).
-  gc.stream_exchanges = s.stream_exchanges;
-  gc.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
-  gc.state_timeout_s = s.state_timeout;
-  gc.leave_timeout_s = s.leave_timeout;
-  for (auto j : topology_neighbours(s.topology, p.index, s.total_ids)) gc.neighbours.push_back(peers[j].id);
+  ls.gossip.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
+  for (auto j : topology_neighbours(s.topology, p.index, s.total_ids)) ls.gossip.neighbours.push_back(peers[j].id);
   // The incarnation is the life: a restarted peer outranks its tombstone in every view (the
   // daemon uses wall-clock milliseconds for the same effect).
-  p.gossip = std::make_unique<Gossip>(*p.env, gc, MemberDigest{p.id, p.life, MemberState::Alive, 0},
-                                      work->fingerprint(), p.model->params());
+  p.loop = std::make_unique<PeerLoop>(*p.env, ls, MemberDigest{p.id, p.life, MemberState::Alive, 0},
+                                      work->fingerprint(), *p.side);
 }
 
-// Gossip::start(seeds), then the first evaluation or the training loop.
+// PeerLoop::start(seeds), then whatever the loop says.
 void Simulation::Impl::begin_peer(Peer& p) {
   p.begun = true;
   const auto seeds = seeds_for(p);
@@ -410,99 +430,43 @@ void Simulation::Impl::begin_peer(Peer& p) {
   for (const auto& x : seeds) seed_list += (seed_list.empty() ? "" : " ") + x;
   if (seeds.size() > 4) seed_list = std::to_string(seeds.size()) + " seeds";
   log(p, "start", "", p.life, 0, seed_list);
-  p.gossip->start(seeds);
-  drain(p);
-  p.busy = false;
-  // A joiner neither trains nor exchanges before it has the swarm's model (core's state
-  // transfer); founders joining through p0 learn at once that there is nothing to fetch.
-  if (!p.gossip->state_ready()) return enter_wait(p, Peer::Wait::State);
-  after_start(p);
+  p.loop->start(seeds);
+  act(p);
 }
 
-void Simulation::Impl::after_start(Peer& p) {
-  p.started_at = now;  // the daemon's t_start: training begins (its duration and wall_s count from here)
-  if (const auto step = p.gossip->adopted_step(); step && s.training) p.model->adopt_step(*step);
-  if (s.peer_evals) {
-    peer_eval(p);
-    pause(p, Peer::AfterPause::LoopTop);
-    return;
+// The simulator's driver of core's PeerLoop: carries out what it says next. Inputs that
+// arrived during a step or an evaluation are handed over first (the daemon's drain at the
+// top of its loop); an idle peer handles its inputs as they come (offer).
+void Simulation::Impl::act(Peer& p) {
+  if (!p.skip_drain) drain(p);
+  p.skip_drain = false;
+  const LoopAction a = p.loop->next();
+  p.waiting = false;
+  if (p.loop->phase() == LoopPhase::Settling && p.state == PeerState::Training) {
+    p.state = PeerState::Settling;
+    log(p, "settle", "", peer_steps(p), 0, "");
   }
-  if (s.training) p.busy = true;
-  loop_top(p);
-}
-
-void Simulation::Impl::enter_wait(Peer& p, Peer::Wait w) {
-  p.busy = false;
-  p.wait = w;
-  p.wait_start = now;
-  p.last_idle = -1;
-  if (w == Peer::Wait::Stale) p.wait_slowest = p.gossip->slowest_clock();
-  wait_check(p, true);
-}
-
-// Is the wait over? Called on entry, after every input and on the 2 ms tick (`tick`).
-void Simulation::Impl::wait_check(Peer& p, bool tick) {
-  switch (p.wait) {
-    case Peer::Wait::None:
+  switch (a.kind) {
+    case LoopAction::Kind::Step:
+      return begin_step(p);
+    case LoopAction::Kind::Evaluate:
+      peer_eval(p);
+      p.skip_drain = a.final;  // the daemon leaves right after its final evaluation
+      return pause(p);
+    case LoopAction::Kind::Wait: {
+      // Woken by an input (offer) or at `until`: one event there, unless one is already set.
+      p.busy = false;
+      p.waiting = true;
+      const double t = std::max(a.until, now);
+      if (t != p.wait_until) {
+        p.wait_until = t;
+        schedule(t, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
+      }
       return;
-    case Peer::Wait::State:
-      // Without any member to fetch from (every seed gone) the core keeps asking; after a
-      // while train from our own initialisation, as a user would restart it.
-      if (!p.gossip->state_ready() && now - p.wait_start < s.state_wait) break;
-      if (!p.gossip->state_ready()) log(p, "state_wait_over", "", 0, now - p.wait_start, "no member answered: training from our own initialisation");
-      p.wait = Peer::Wait::None;
-      return after_start(p);
-    case Peer::Wait::Stale:
-      if (tick && (p.last_idle < 0 || now - p.last_idle >= 0.005 - 1e-12)) {
-        p.gossip->on_idle();
-        p.last_idle = now;
-      }
-      if (!p.gossip->may_step() && !stop_rule(p) && !p.stop_requested) break;
-      {
-        p.wait = Peer::Wait::None;
-        ProtocolEvent e{ProtocolEvent::Kind::Wait, {}, {}};
-        e.clock = peer_steps(p);
-        e.other = p.wait_slowest;
-        e.seconds = now - p.wait_start;
-        protocol_event(p.index, e);
-      }
-      return loop_top(p, true);
-    case Peer::Wait::Leave:
-      if (!p.gossip->left() && now - p.wait_start < s.leave_wait) break;
-      p.wait = Peer::Wait::None;
-      return final_phase(p);
+    }
+    case LoopAction::Kind::Exit:
+      return exit_peer(p);
   }
-  // The daemon polls every 2 ms while the staleness bound holds (and calls on_idle every 5 ms).
-  // Waiting for a model or a LeaveAck only ends with an input (handled at once, as the
-  // daemon's wait_for wakes on one) or at the bound: one event at the bound is enough.
-  if (!tick) return;
-  if (p.wait == Peer::Wait::Stale) {
-    schedule(now + 0.002, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
-  } else if (now == p.wait_start) {
-    const double bound = p.wait == Peer::Wait::State ? s.state_wait : s.leave_wait;
-    schedule(p.wait_start + bound, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
-  }
-}
-
-bool Simulation::Impl::stop_rule(const Peer& p) const {
-  const std::uint64_t st = peer_steps(p);
-  if (s.steps && st >= s.steps) return true;
-  if (s.peer_duration > 0 && now - p.started_at >= s.peer_duration - 1e-12) return true;
-  if (s.training && s.epochs > 0 && p.model->epochs_done() >= s.epochs - 1e-9) return true;
-  return false;
-}
-
-// The top of rumor-peer's training loop: stop?, drain, the staleness bound, next step.
-void Simulation::Impl::loop_top(Peer& p, bool waited) {
-  if (p.stop_requested || stop_rule(p)) return finish_training(p);
-  if (!s.training) {
-    schedule(now + draw_step(p), EventKind::Tick, p.index, p.life);
-    return;
-  }
-  p.busy = true;
-  drain(p);
-  if (!waited && std::isfinite(s.staleness) && !p.gossip->may_step()) return enter_wait(p, Peer::Wait::Stale);
-  begin_step(p);
 }
 
 double Simulation::Impl::draw_step(Peer& p) {
@@ -521,11 +485,20 @@ double Simulation::Impl::draw_step(Peer& p) {
   return m;
 }
 
+// A step: its math at the mid-step boundary, inputs held until its end. With training off
+// (averaging studies) a "step" is an idle tick of the same length, inputs handled as they come.
 void Simulation::Impl::begin_step(Peer& p) {
+  p.stepping = true;
+  if (!s.training) {
+    p.busy = false;
+    p.step_seconds = draw_step(p);
+    schedule(now + p.step_seconds, EventKind::Tick, p.index, p.life, ++p.step_iter);
+    return;
+  }
   p.busy = true;
   const double d = (draw_step(p) + p.pending_cpu) * cpu_factor();
   p.pending_cpu = 0;
-  p.train_seconds += d;
+  p.step_seconds = d;
   p.step_end_at = now + d;
   schedule(now + s.mid_fraction * d, EventKind::StepMid, p.index, p.life);
 }
@@ -539,29 +512,16 @@ void Simulation::Impl::step_mid(Peer& p) {
 void Simulation::Impl::step_end(Peer& p) {
   p.model->apply_gradient();
   ++totals.steps;
-  if (!std::isfinite(p.last_loss)) {
-    p.diverged = true;
-    log(p, "diverged", "", peer_steps(p), p.last_loss, "training diverged (loss not finite): lower workload.lr");
-    return finish_training(p);
-  }
-  p.gossip->on_step_done(p.model->steps(), p.model->samples());
-  if (s.peer_evals && eval_due(p) && !stop_rule(p)) {
-    peer_eval(p);
-    pause(p, Peer::AfterPause::LoopTop);
-    return;
-  }
-  loop_top(p);
+  p.stepping = false;
+  p.loop->step_done(p.last_loss, p.step_seconds, 0);
+  act(p);
 }
 
 void Simulation::Impl::tick(Peer& p) {
-  ++p.ticks;
-  p.gossip->on_step_done(p.ticks, p.ticks);
-  loop_top(p);
-}
-
-bool Simulation::Impl::eval_due(const Peer& p) const {
-  if (s.eval_every_steps) return peer_steps(p) % s.eval_every_steps == 0;
-  return s.training && p.model->epochs_done() >= static_cast<double>(p.next_epoch_eval) - 1e-9;
+  ++p.side->ticks;
+  p.stepping = false;
+  p.loop->step_done(0, 0, 0);  // ticks are not training: settling keeps its 2 ms pace
+  act(p);
 }
 
 void Simulation::Impl::peer_eval(Peer& p) {
@@ -569,108 +529,38 @@ void Simulation::Impl::peer_eval(Peer& p) {
   p.final_acc = r.accuracy;
   p.final_loss = r.loss;
   log(p, "eval", "", peer_steps(p), r.accuracy, format("loss=%.6f epoch=%.4f", r.loss, s.training ? p.model->epochs_done() : 0.0));
-  if (!s.eval_every_steps && s.training)
-    p.next_epoch_eval = static_cast<std::uint64_t>(std::floor(p.model->epochs_done() + 1e-9)) + 1;
 }
 
-void Simulation::Impl::pause(Peer& p, Peer::AfterPause next) {
+// An evaluation holds the peer (inputs wait) for the class's eval_time.
+void Simulation::Impl::pause(Peer& p) {
   p.busy = true;
-  p.after_pause = next;
   update_cpu(p);
   schedule(now + s.classes[p.cls].eval_time * cpu_factor(), EventKind::Resume, p.index, p.life);
 }
 
-void Simulation::Impl::resume(Peer& p) {
-  if (p.after_pause == Peer::AfterPause::Exit) return exit_peer(p);
-  drain(p);  // what arrived during the evaluation
-  if (!s.training) p.busy = false;
-  loop_top(p);
-}
-
-// After the training loop: drain, then settle (unless stopping or diverged), then exit.
-void Simulation::Impl::finish_training(Peer& p) {
-  drain(p);
-  p.busy = false;
-  if (p.stop_requested) {
-    // Graceful leave: announce it and hand the model to a neighbour, then exit.
-    p.gossip->leave();
-    return enter_wait(p, Peer::Wait::Leave);
-  }
-  if (!p.diverged && !p.stop_requested && s.settle > 0 && p.gossip->view().live_count() > 0) {
-    p.state = PeerState::Settling;
-    p.settle_start = now;
-    p.settle_seen = peer_exchanges(p);
-    p.settle_initiated = p.gossip->stats().exchanges;
-    p.settle_close = 0;
-    p.settle_last_idle = -1;
-    // At the pace training had: one exchange per H steps' worth of step time (at least 2 ms).
-    const std::uint64_t st = peer_steps(p);
-    p.settle_tick = st && s.training ? std::max(0.002, p.train_seconds / static_cast<double>(st) * static_cast<double>(s.local_steps))
-                                     : (s.training ? 0.01 : s.settle_tick);
-    log(p, "settle", "", peer_steps(p), 0, "");
-    arm_settle(p);
-    return;
-  }
-  final_phase(p);
-}
-
-// The daemon wakes every 2 ms (or on an input) and calls on_idle once a settle tick has
-// passed; with nothing arriving, the wake that matters is the first one after that: go there.
-void Simulation::Impl::arm_settle(Peer& p) {
-  double next = now + s.settle_tick;
-  if (p.settle_last_idle >= 0) next = std::max(next, p.settle_last_idle + p.settle_tick);
-  next = std::min(next, p.settle_start + s.settle);
-  schedule(std::max(next, now), EventKind::SettleTick, p.index, p.life, ++p.settle_iter);
-}
-
-// One pass of the daemon's settle loop: (inputs were handled) on_idle when a settle tick has
-// passed, then the end tests: time up, nobody left, or settled (no live peer behind our clock,
-// and 4 exchanges in a row with the same model or 8 started since settling began).
-void Simulation::Impl::settle_iteration(Peer& p) {
-  if (p.settle_last_idle < 0 || now - p.settle_last_idle >= p.settle_tick - 1e-12) {
-    p.gossip->on_idle();
-    p.settle_last_idle = now;
-  }
-  if (const auto x = peer_exchanges(p); x != p.settle_seen) {
-    p.settle_seen = x;
-    p.settle_close = p.gossip->stats().last_distance < 1e-6 ? p.settle_close + 1 : 0;
-  }
-  const bool settled = p.gossip->slowest_clock() >= peer_steps(p) &&
-                       (p.settle_close >= 4 || p.gossip->stats().exchanges - p.settle_initiated >= 8);
-  if (now - p.settle_start >= s.settle - 1e-12 || p.gossip->view().live_count() == 0 || settled)
-    return final_phase(p);
-  if (p.stop_requested) return finish_training(p);
-  arm_settle(p);
-}
-
-void Simulation::Impl::final_phase(Peer& p) {
-  ++p.settle_iter;  // voids a pending settle tick
-  if (s.peer_evals) {
-    peer_eval(p);
-    pause(p, Peer::AfterPause::Exit);
-    return;
-  }
-  exit_peer(p);
-}
-
 void Simulation::Impl::exit_peer(Peer& p) {
-  const bool left = p.stop_requested;
+  const bool left = p.loop->stop_requested();
   const std::uint64_t st = peer_steps(p);
-  // Finished: say so (no hand-over: after settling its model is the swarm's), as the daemon does.
-  if (!left && p.gossip && p.gossip->view().live_count() > 0) p.gossip->leave(false);
+  const double began = p.loop->stats().training_started;
   p.state = left ? PeerState::Left : PeerState::Done;
   if (left) ++totals.leaves;
-  log(p, left ? "left" : "done", "", st, now - p.started_at,
+  log(p, left ? "left" : "done", "", st, now - (began >= 0 ? began : p.started_at),
       s.peer_evals ? format("test_acc=%.6f loss=%.6f", p.final_acc, p.final_loss) : std::string());
   drop_process(p);
-  if (left) p.model.reset();  // a peer that left takes its model with it
+  if (left) {  // a peer that left takes its model with it
+    p.side.reset();
+    p.model.reset();
+  }
 }
 
-// The process is gone: its inputs, protocol and Env go with it (the model stays for Done).
+// The process is gone: its inputs, loop, protocol and Env go with it (the model, and what the
+// loop saw of it, stay for Done).
 void Simulation::Impl::drop_process(Peer& p) {
   release_inbox(p);
   p.busy = false;
-  p.gossip.reset();
+  p.waiting = false;
+  p.stepping = false;
+  p.loop.reset();
   p.env.reset();
 }
 
@@ -681,7 +571,7 @@ void Simulation::Impl::update_cpu(Peer& p) {
   std::uint32_t w = 0;
   if (s.training && p.exists) {
     if (p.state == PeerState::Pending) w = kLoadWeight;
-    else if (p.running() && p.wait == Peer::Wait::None) w = kTrainWeight;
+    else if (p.running() && (!p.waiting || p.state == PeerState::Settling)) w = kTrainWeight;
   }
   cpu_weight = cpu_weight + w - p.cpu;
   p.cpu = w;
@@ -701,8 +591,7 @@ void Simulation::Impl::offer(Peer& p, Input in) {
   }
   handle(p, in);
   if (p.busy || !p.running()) return;
-  if (p.wait != Peer::Wait::None) return wait_check(p, false);
-  if (p.state == PeerState::Settling) settle_iteration(p);
+  if (p.waiting) act(p);
 }
 
 void Simulation::Impl::handle(Peer& p, const Input& in) {
@@ -713,14 +602,14 @@ void Simulation::Impl::handle(Peer& p, const Input& in) {
       const Message m = std::move(slots[in.arg].msg);
       free_slot(in.arg);
       if (m.payload) p.pending_cpu += s.classes[p.cls].exchange_cpu;
-      p.gossip->on_message(peers[from].id, m);
+      p.gossip()->on_message(peers[from].id, m);
       break;
     }
     case Input::Kind::Timer:
-      p.gossip->on_timer(in.arg);
+      p.gossip()->on_timer(in.arg);
       break;
     case Input::Kind::SendFailed:
-      p.gossip->on_send_failed(peers[in.other].id, "connection refused");
+      p.gossip()->on_send_failed(peers[in.other].id, "connection refused");
       break;
   }
 }
@@ -829,6 +718,10 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
       ++totals.failed;
       log(p, "exchange_failed", e.peer, e.clock, 0, e.reason);
       break;
+    case K::ExchangeDeclined:
+      ++totals.declined;
+      if (s.log_exchanges) log(p, "exchange_declined", e.peer, e.clock, 0, e.reason);
+      break;
     case K::Rejected:
       ++totals.rejected;
       log(p, "rejected", e.peer, e.clock, 0, e.reason);
@@ -844,6 +737,13 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
     case K::StateReceived: log(p, "state_received", e.peer, e.other, 0, e.reason); break;
     case K::StateFailed: log(p, "state_failed", e.peer, e.clock, 0, e.reason); break;
     case K::Handover: log(p, "handover", e.peer, e.other, e.distance, e.reason); break;
+    case K::PeersInView: log(p, "peers_in_view", "", e.clock, static_cast<double>(e.other), e.reason); break;
+    case K::Training:
+      if (!e.reason.empty()) log(p, "state_wait_over", "", e.clock, e.seconds, "no model from the swarm (" + e.reason + "): training from our own initialisation");
+      break;
+    case K::Diverged: log(p, "diverged", "", e.clock, std::stod(e.reason), "training diverged (loss not finite): lower workload.lr"); break;
+    case K::Settled: log(p, "settled", "", e.clock, e.distance, format("exchanges=%llu seconds=%.6f", static_cast<unsigned long long>(e.other), e.seconds)); break;
+    case K::Departed: log(p, "departed", "", e.clock, e.seconds, e.reason); break;
   }
 }
 
@@ -877,6 +777,7 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
       p.state = PeerState::Crashed;
       ++p.life;  // voids every event of the old process
       drop_process(p);
+      p.side.reset();
       p.model.reset();
       return;
     case K::Leave:
@@ -885,20 +786,20 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
         return;
       }
       log(p, "leave", "", peer_steps(p), 0, a.where);
-      p.stop_requested = true;
       if (p.state == PeerState::Pending) {
         ++p.life;
         p.state = PeerState::Left;
         ++totals.leaves;
         return;
       }
-      if (p.busy) return;  // at its next boundary
-      if (p.wait == Peer::Wait::Leave) return;
-      if (p.wait != Peer::Wait::None) {  // waiting for state or the staleness bound
-        p.wait = Peer::Wait::None;
-        return finish_training(p);
+      // What SIGTERM does to rumor-peer: the loop leaves at its next boundary.
+      p.loop->request_stop();
+      if (p.busy) return;  // in a step or an evaluation: at its end
+      if (p.stepping) {    // training off: the tick in progress is dropped
+        p.stepping = false;
+        ++p.step_iter;
       }
-      return finish_training(p);  // idle: settling, or training off
+      return act(p);
     case K::Join:
       if (p.exists && !(p.state == PeerState::Done || p.state == PeerState::Crashed || p.state == PeerState::Left)) {
         log(p, "join_ignored", "", 0, 0, std::string("already ") + peer_state_name(p.state));
@@ -908,6 +809,7 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
       if (p.exists) ++p.life;  // a restart: a new process, a new incarnation
       p.exists = true;
       p.state = PeerState::Pending;
+      p.side.reset();
       p.model.reset();
       net->reset_peer(p.index);
       log(p, p.life ? "restart" : "join", "", 0, 0, a.where);
@@ -946,17 +848,19 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
       if (p.state == PeerState::Training) step_end(p);
       break;
     case EventKind::Resume:
-      if (p.running()) resume(p);
+      if (p.running()) {
+        p.busy = false;
+        act(p);
+      }
       break;
     case EventKind::Tick:
-      if (p.state == PeerState::Training && !p.busy && p.wait == Peer::Wait::None) tick(p);
-      break;
-    case EventKind::SettleTick:
-      if (p.state == PeerState::Settling && !p.busy && p.wait == Peer::Wait::None && e.arg == p.settle_iter)
-        settle_iteration(p);
+      if (p.running() && p.stepping && e.arg == p.step_iter) tick(p);
       break;
     case EventKind::WaitTick:
-      if (p.running() && p.wait != Peer::Wait::None && e.arg == p.wait_iter) wait_check(p, true);
+      if (p.running() && p.waiting && e.arg == p.wait_iter) {
+        p.wait_until = -1;
+        act(p);
+      }
       break;
     case EventKind::Timer:
       if (p.running()) offer(p, {Input::Kind::Timer, 0, e.arg});
@@ -970,31 +874,44 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
   }
 }
 
-// Processes events and samples up to `limit` (inclusive). False when the run is over.
-bool Simulation::Impl::advance(double limit) {
-  if (ended) return false;
+// One unit of progress up to `limit` (inclusive): a timeseries sample that is due, or one event.
+Simulation::Impl::Progress Simulation::Impl::advance_once(double limit) {
+  if (ended) return Progress::Over;
   const double end = end_time();
-  for (;;) {
-    const double ts = sample_time(next_sample);
-    const bool over = !std::isfinite(end) && active == 0 && churn_left == 0;
-    const bool have = !over && !q.empty() && q.top().t <= end;
-    const double te = have ? q.top().t : std::numeric_limits<double>::infinity();
-    if (ts <= end && ts < te && ts <= limit && (have || ts <= now)) {
-      record_sample(ts);
-      ++next_sample;
-      continue;
-    }
-    if (!have) break;
-    if (te > limit) return true;
+  const double ts = sample_time(next_sample);
+  const bool over = !std::isfinite(end) && active == 0 && churn_left == 0;
+  const bool have = !over && !q.empty() && q.top().t <= end;
+  const double te = have ? q.top().t : std::numeric_limits<double>::infinity();
+  if (ts <= end && ts < te && ts <= limit && (have || ts <= now)) {
+    record_sample(ts);
+    ++next_sample;
+    return Progress::Sample;
+  }
+  if (have) {
+    if (te > limit) return Progress::Limit;
     process(q.pop());
+    if (after_event) after_event(*owner);
+    return Progress::Event;
   }
   // Nothing is left before the end: a last sample at the end time (or the last event).
   const double t_end = std::isfinite(end) ? end : now;
-  if (t_end > limit) return true;
+  if (t_end > limit) return Progress::Limit;
   now = std::max(now, t_end);
   if (samples.empty() || samples.back().time < now - 1e-12) record_sample(now);
   ended = true;
-  return false;
+  return Progress::Over;
+}
+
+// Processes events and samples up to `limit` (inclusive). False when the run is over.
+bool Simulation::Impl::advance(double limit) {
+  for (;;) {
+    switch (advance_once(limit)) {
+      case Progress::Limit: return true;
+      case Progress::Over: return false;
+      case Progress::Sample:
+      case Progress::Event: break;
+    }
+  }
 }
 
 Sample Simulation::Impl::compute_sample(double t) {
@@ -1005,7 +922,7 @@ Sample Simulation::Impl::compute_sample(double t) {
   // never trains on or reports (rumor-peer writes no eval before the state arrives): leave it
   // out, or every join would show as a dip in the average model.
   for (const Peer& p : peers)
-    if (p.running() && p.model && (!p.gossip || p.gossip->state_ready())) set.push_back(&p);
+    if (p.running() && p.model && (!p.loop || p.gossip()->state_ready())) set.push_back(&p);
   r.peers = static_cast<std::uint32_t>(set.size());
   if (set.empty())
     for (const Peer& p : peers)
@@ -1063,7 +980,20 @@ void Simulation::Impl::record_sample(double t) {
 
 // ---------------------------------------------------------------- public face
 
-Simulation::Simulation(const Scenario& s) : impl_(std::make_unique<Impl>(s)) {}
+Simulation::Simulation(const Scenario& s) : impl_(std::make_unique<Impl>(s)) { impl_->owner = this; }
+
+bool Simulation::step() {
+  for (;;) {
+    switch (impl_->advance_once(std::numeric_limits<double>::infinity())) {
+      case Impl::Progress::Event: return true;
+      case Impl::Progress::Over: return false;
+      case Impl::Progress::Sample:
+      case Impl::Progress::Limit: break;
+    }
+  }
+}
+
+void Simulation::set_after_event(std::function<void(const Simulation&)> hook) { impl_->after_event = std::move(hook); }
 Simulation::~Simulation() = default;
 
 void Simulation::run() {
@@ -1080,7 +1010,7 @@ std::span<const float> Simulation::params(std::uint32_t peer) const {
   const Peer& p = impl_->peers.at(peer);
   return p.model ? std::span<const float>(p.model->params()) : std::span<const float>();
 }
-const Gossip* Simulation::gossip(std::uint32_t peer) const { return impl_->peers.at(peer).gossip.get(); }
+const Gossip* Simulation::gossip(std::uint32_t peer) const { return impl_->peers.at(peer).gossip(); }
 std::uint64_t Simulation::steps(std::uint32_t peer) const { return impl_->peer_steps(impl_->peers.at(peer)); }
 const std::vector<Sample>& Simulation::samples() const { return impl_->samples; }
 const Totals& Simulation::totals() const { return impl_->totals; }
@@ -1225,6 +1155,7 @@ std::string Simulation::summary_json() const {
   o += "  \"exchanges\": " + u(t.exchanges) + ",\n";
   o += "  \"answered\": " + u(t.answered) + ",\n";
   o += "  \"exchanges_failed\": " + u(t.failed) + ",\n";
+  o += "  \"exchanges_declined\": " + u(t.declined) + ",\n";
   o += "  \"rejected\": " + u(t.rejected) + ",\n";
   o += "  \"crashes\": " + u(t.crashes) + ",\n";
   o += "  \"leaves\": " + u(t.leaves) + ",\n";

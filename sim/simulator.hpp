@@ -76,7 +76,7 @@ void write_run_outputs(const std::string& dir, const std::string& timeseries, co
 
 struct Totals {
   std::uint64_t events = 0, messages = 0, bytes = 0, dropped = 0, refused = 0;
-  std::uint64_t exchanges = 0, answered = 0, failed = 0, rejected = 0;
+  std::uint64_t exchanges = 0, answered = 0, failed = 0, declined = 0, rejected = 0;
   std::uint64_t crashes = 0, leaves = 0, joins = 0, steps = 0;
 };
 
@@ -93,6 +93,12 @@ class Simulation {
   void run();
   // Runs every event with time <= t (and the samples up to t); false once nothing is left.
   bool run_until(double t);
+  // Stepping, as raft's fixture does: fires exactly one event (recording the timeseries samples
+  // due before it); false once the run is over. Mixes freely with run() and run_until().
+  bool step();
+  // Called after every event, whichever of run(), run_until() or step() fired it: tests check
+  // invariants there (tests/sim/test_invariants.cpp). One hook; a new one replaces it.
+  void set_after_event(std::function<void(const Simulation&)> hook);
   double now() const;
   bool finished() const;
 

@@ -1,0 +1,262 @@
+// PeerLoop: the phases of a peer's life around Gossip (core/peer_loop.hpp has the contract).
+#include "core/peer_loop.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/check.hpp"
+
+namespace rumor {
+
+const char* loop_phase_name(LoopPhase p) {
+  switch (p) {
+    case LoopPhase::Idle: return "idle";
+    case LoopPhase::MinPeers: return "min_peers";
+    case LoopPhase::State: return "state";
+    case LoopPhase::Training: return "training";
+    case LoopPhase::Settling: return "settling";
+    case LoopPhase::Leaving: return "leaving";
+    case LoopPhase::Final: return "final";
+    case LoopPhase::Exited: return "exited";
+  }
+  return "?";
+}
+
+LoopSettings LoopSettings::resolved() const {
+  LoopSettings r = *this;
+  if (std::isnan(r.gossip.probe_timeout_s)) r.gossip.probe_timeout_s = std::min(0.25, r.gossip.probe_interval_s / 2);
+  return r;
+}
+
+PeerLoop::PeerLoop(Env& env, const LoopSettings& settings, MemberDigest self, std::string fingerprint, LoopModel& model)
+    : env_(env),
+      s_(settings.resolved()),
+      model_(model),
+      gossip_(env, s_.gossip, std::move(self), std::move(fingerprint), model.params()) {
+  RUMOR_CHECK(s_.min_peers >= 1);
+  RUMOR_CHECK(s_.state_wait_s >= 0 && s_.leave_wait_s >= 0 && s_.settle_s >= 0);
+}
+
+void PeerLoop::emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
+                    std::string reason) {
+  ProtocolEvent e{k, {}, std::move(reason)};
+  e.clock = clock;
+  e.other = other;
+  e.seconds = seconds;
+  e.distance = distance;
+  env_.event(e);
+}
+
+void PeerLoop::enter(LoopPhase p) {
+  phase_ = p;
+  phase_start_ = env_.now();
+  last_idle_ = -1;
+}
+
+void PeerLoop::start(const std::vector<PeerId>& seeds) {
+  RUMOR_CHECK(phase_ == LoopPhase::Idle, "start() once");
+  gossip_.start(seeds);
+  enter(s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);
+}
+
+void PeerLoop::request_stop() { stop_requested_ = true; }
+
+void PeerLoop::reset_interval() {
+  stats_.interval_seconds = 0;
+  stats_.interval_samples = 0;
+  stats_.max_gap = 0;
+}
+
+bool PeerLoop::stop_rule() const {
+  if (s_.steps && model_.steps() >= s_.steps) return true;
+  if (s_.duration_s > 0 && env_.now() - stats_.training_started >= s_.duration_s - 1e-12) return true;
+  if (s_.epochs > 0 && model_.epochs_done() >= s_.epochs - 1e-9) return true;
+  return false;
+}
+
+bool PeerLoop::eval_due() const {
+  if (s_.eval_every) return model_.steps() % s_.eval_every == 0;
+  return model_.epochs_done() > 0 && model_.epochs_done() >= static_cast<double>(next_epoch_eval_) - 1e-9;
+}
+
+void PeerLoop::idle_if_due(double interval) {
+  const double now = env_.now();
+  if (last_idle_ < 0 || now - last_idle_ >= interval - 1e-12) {
+    gossip_.on_idle();
+    last_idle_ = now;
+  }
+}
+
+LoopAction PeerLoop::next() {
+  const double now = env_.now();
+  switch (phase_) {
+    case LoopPhase::Idle:
+      RUMOR_CHECK(false, "PeerLoop::next() before start()");
+      break;
+    case LoopPhase::MinPeers: {
+      const std::size_t have = gossip_.view().live_count() + 1;
+      const bool timed_out = now - phase_start_ >= s_.min_peers_timeout_s - 1e-12;
+      if (have < s_.min_peers && !stop_requested_ && !timed_out) return wait_until(phase_start_ + s_.min_peers_timeout_s);
+      emit(ProtocolEvent::Kind::PeersInView, model_.steps(), have, now - phase_start_, 0,
+           have < s_.min_peers ? "timed out" : "");
+      enter(LoopPhase::State);
+      return next();
+    }
+    case LoopPhase::State: {
+      if (!gossip_.state_ready() && !stop_requested_ && now - phase_start_ < s_.state_wait_s - 1e-12)
+        return wait_until(phase_start_ + s_.state_wait_s);
+      begin_training();
+      return next();
+    }
+    case LoopPhase::Training:
+      return training_top();
+    case LoopPhase::Settling:
+      return settle_next();
+    case LoopPhase::Leaving:
+      if (!gossip_.left() && now - phase_start_ < s_.leave_wait_s - 1e-12) return wait_until(phase_start_ + s_.leave_wait_s);
+      emit(ProtocolEvent::Kind::Departed, model_.steps(), 0, now - phase_start_, 0,
+           gossip_.left() ? "" : "no neighbour confirmed the hand-over");
+      enter(LoopPhase::Final);
+      return next();
+    case LoopPhase::Final:
+      if (s_.evaluate && !final_eval_done_) {
+        final_eval_done_ = true;
+        LoopAction a{LoopAction::Kind::Evaluate};
+        a.final = true;
+        return a;
+      }
+      // Finished (not leaving): say so, without a hand-over; after settling our model is the swarm's.
+      if (!stop_requested_ && gossip_.view().live_count() > 0) gossip_.leave(false);
+      enter(LoopPhase::Exited);
+      return next();
+    case LoopPhase::Exited: {
+      LoopAction a{LoopAction::Kind::Exit};
+      a.exit_code = exit_code_;
+      return a;
+    }
+  }
+  return wait_until(now);
+}
+
+// The state wait is over (or there was none): adopt the swarm's step, start the clock of the
+// stop rules, and say why when a joiner ends up with its own initialisation.
+void PeerLoop::begin_training() {
+  const double now = env_.now();
+  const bool waited = now > phase_start_ || !gossip_.state_ready();
+  if (const auto step = gossip_.adopted_step()) {
+    model_.adopt_step(*step);
+    emit(ProtocolEvent::Kind::Training, model_.steps(), *step, now - phase_start_, 0, "");
+  } else if (waited) {
+    emit(ProtocolEvent::Kind::Training, model_.steps(), 0, now - phase_start_, 0,
+         gossip_.state_ready() ? "the swarm has not trained yet" : "timed out");
+  }
+  stats_.training_started = now;
+  enter(LoopPhase::Training);
+  first_eval_pending_ = s_.evaluate;
+}
+
+LoopAction PeerLoop::training_top() {
+  if (first_eval_pending_ || eval_pending_) {
+    first_eval_pending_ = eval_pending_ = false;
+    if (!s_.eval_every) next_epoch_eval_ = static_cast<std::uint64_t>(std::floor(model_.epochs_done() + 1e-9)) + 1;
+    return LoopAction{LoopAction::Kind::Evaluate};
+  }
+  if (stop_requested_ || stop_rule()) return after_training();
+  if (std::isfinite(s_.gossip.staleness) && !gossip_.may_step()) {
+    // The staleness bound holds: wait, handling inputs and probing the slowest members
+    // (on_idle) so that their clocks reach us, until it catches up or leaves the view.
+    if (!waiting_stale_) {
+      waiting_stale_ = true;
+      stale_since_ = env_.now();
+      wait_slowest_ = gossip_.slowest_clock();
+      last_idle_ = -1;
+    }
+    idle_if_due(LoopSettings::kIdleInterval);
+    if (!gossip_.may_step()) return wait_until(last_idle_ + LoopSettings::kIdleInterval);
+  }
+  if (waiting_stale_) {
+    waiting_stale_ = false;
+    const double w = env_.now() - stale_since_;
+    ++stats_.waits;
+    stats_.wait_seconds += w;
+    emit(ProtocolEvent::Kind::Wait, model_.steps(), wait_slowest_, w, 0, "");
+  }
+  const auto gap = static_cast<std::int64_t>(model_.steps()) - static_cast<std::int64_t>(gossip_.slowest_clock());
+  stats_.max_gap = std::max(stats_.max_gap, gap);
+  return LoopAction{LoopAction::Kind::Step};
+}
+
+void PeerLoop::step_done(double loss, double seconds, std::uint64_t batch_samples) {
+  RUMOR_CHECK(phase_ == LoopPhase::Training, "step_done() outside training");
+  stats_.train_seconds += seconds;
+  stats_.interval_seconds += seconds;
+  stats_.interval_samples += batch_samples;
+  if (!std::isfinite(loss)) {
+    stats_.diverged = true;
+    exit_code_ = 1;
+    emit(ProtocolEvent::Kind::Diverged, model_.steps(), 0, 0, 0, std::to_string(loss));
+    stats_.training_ended = env_.now();
+    enter(LoopPhase::Final);  // no settling with a broken model; nothing of it is sent any more
+    return;
+  }
+  gossip_.on_step_done(model_.steps(), model_.samples());
+  if (s_.evaluate && eval_due() && !stop_rule()) eval_pending_ = true;
+}
+
+LoopAction PeerLoop::after_training() {
+  if (waiting_stale_) {  // a stop rule (duration) or a stop request ended the staleness wait
+    waiting_stale_ = false;
+    const double w = env_.now() - stale_since_;
+    ++stats_.waits;
+    stats_.wait_seconds += w;
+    emit(ProtocolEvent::Kind::Wait, model_.steps(), wait_slowest_, w, 0, "");
+  }
+  stats_.training_ended = env_.now();
+  if (stop_requested_) return begin_leave();
+  if (s_.settle_s > 0 && gossip_.view().live_count() > 0) {
+    enter(LoopPhase::Settling);
+    settle_before_ = settle_seen_ = exchanges();
+    settle_initiated_ = gossip_.stats().exchanges;
+    settle_close_ = 0;
+    // At the pace training had: one exchange per H steps' worth of step time, so settling costs
+    // no more bytes per second than training did.
+    const std::uint64_t st = model_.steps();
+    settle_tick_ = st ? std::max(LoopSettings::kSettleMinTick,
+                                 stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps))
+                      : LoopSettings::kSettleTickUntrained;
+    return settle_next();
+  }
+  enter(LoopPhase::Final);
+  return next();
+}
+
+LoopAction PeerLoop::begin_leave() {
+  gossip_.leave();
+  enter(LoopPhase::Leaving);
+  return next();
+}
+
+// One pass of settling: on_idle once a tick has passed, then the end tests: time up, nobody
+// left, or settled (no live peer behind our clock, and kSettledClose exchanges in a row with
+// (numerically) the same model, or kSettledInitiated started since settling began).
+LoopAction PeerLoop::settle_next() {
+  const double now = env_.now();
+  idle_if_due(settle_tick_);
+  if (exchanges() != settle_seen_) {
+    settle_seen_ = exchanges();
+    settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
+  }
+  const bool settled = gossip_.slowest_clock() >= model_.steps() &&
+                       (settle_close_ >= LoopSettings::kSettledClose ||
+                        gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
+  if (now - phase_start_ >= s_.settle_s - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
+    emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
+         gossip_.stats().last_distance, "");
+    if (stop_requested_) return begin_leave();
+    enter(LoopPhase::Final);
+    return next();
+  }
+  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + s_.settle_s));
+}
+
+}  // namespace rumor

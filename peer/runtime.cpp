@@ -1,0 +1,224 @@
+// Runtime: the transport, the inbox, a real-time Env and the loop of one peer (runtime.hpp).
+#include "peer/runtime.hpp"
+
+#include <spdlog/spdlog.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "core/env.hpp"
+#include "net/transport.hpp"
+#include "peer/config.hpp"
+#include "peer/inbox.hpp"
+#include "peer/metrics.hpp"
+
+namespace rumor::peer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr double kStopPoll = 0.02;  // how often a wait looks at the stop flag (signals set it)
+}  // namespace
+
+std::uint64_t id_hash(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
+
+// Env with real time: sends through the transport, timers through the I/O thread's clock,
+// events to the log and the metrics file.
+class Runtime::RealEnv final : public Env {
+ public:
+  RealEnv(net::Transport& t, Inbox& inbox, MetricsWriter& metrics, spdlog::logger& log, std::uint64_t seed,
+          std::size_t min_peers)
+      : t_(t), inbox_(inbox), metrics_(metrics), log_(log), rng_(seed), min_peers_(min_peers) {}
+  double now() const override { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void send(const PeerId& to, Message msg) override { t_.send(to, std::move(msg)); }
+  void set_timer(double delay_s, std::uint64_t id) override {
+    Inbox* inbox = &inbox_;  // outlives the transport's I/O thread; this Env may not
+    t_.post_after(delay_s, [inbox, id] { inbox->push({InboxItem::Kind::Timer, {}, {}, {}, id}); });
+  }
+  void disconnect(const PeerId& peer) override { t_.disconnect(peer); }
+  Rng& rng() override { return rng_; }
+  void event(const ProtocolEvent& e) override;
+
+ private:
+  net::Transport& t_;
+  Inbox& inbox_;
+  MetricsWriter& metrics_;
+  spdlog::logger& log_;
+  Rng rng_;
+  std::size_t min_peers_;
+  Clock::time_point start_ = Clock::now();
+};
+
+void Runtime::RealEnv::event(const ProtocolEvent& e) {
+  using K = ProtocolEvent::Kind;
+  switch (e.kind) {
+    case K::ExchangeDone:
+      log_.debug("exchange with {} ({}): distance {:.4g}, rtt {:.1f} ms", e.peer, e.reason, e.distance, e.seconds * 1e3);
+      metrics_.write("exchange", {{"peer", e.peer}, {"role", e.reason}, {"distance", e.distance},
+                                  {"rtt_s", e.seconds}, {"clock", e.clock}, {"peer_clock", e.other}});
+      break;
+    case K::ExchangeFailed:
+      log_.info("exchange with {} failed: {}", e.peer, e.reason);
+      metrics_.write("exchange_failed", {{"peer", e.peer}, {"reason", e.reason}});
+      break;
+    case K::ExchangeDeclined:
+      log_.debug("exchange with {} declined: {}", e.peer, e.reason);
+      metrics_.write("exchange_declined", {{"peer", e.peer}, {"reason", e.reason}});
+      break;
+    case K::Rejected:
+      log_.warn("rejected input from {}: {} (nothing mixed; training goes on)", e.peer, e.reason);
+      metrics_.write("rejected", {{"peer", e.peer}, {"reason", e.reason}});
+      break;
+    case K::Joined:
+      log_.info("joined the swarm through {}", e.peer);
+      metrics_.write("joined", {{"peer", e.peer}});
+      break;
+    case K::Join:
+    case K::Leave:
+    case K::Dead:
+    case K::Suspect:
+      log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
+      metrics_.write(event_kind_name(e.kind), {{"peer", e.peer}});
+      break;
+    case K::StateReceived:
+      log_.info("state transfer from {} complete (step {})", e.peer, e.other);
+      metrics_.write("state_received", {{"peer", e.peer}, {"step", e.other}});
+      break;
+    case K::StateFailed:
+      log_.warn("state transfer failed: {}", e.reason);
+      metrics_.write("state_failed", {{"reason", e.reason}});
+      break;
+    case K::Handover:
+      log_.info("took over the model of {}, which is leaving (distance {:.4g})", e.peer, e.distance);
+      metrics_.write("handover", {{"peer", e.peer}, {"distance", e.distance}, {"peer_clock", e.other}});
+      break;
+    case K::Wait:
+      log_.debug("waited {:.3f} s at clock {}: slowest live peer was at {}", e.seconds, e.clock, e.other);
+      metrics_.write("wait", {{"clock", e.clock}, {"slowest", e.other}, {"seconds", e.seconds}});
+      break;
+    case K::PeersInView:
+      if (e.reason.empty())
+        log_.info("{} peers in view after {:.1f} s: training", e.other, e.seconds);
+      else
+        log_.warn("only {} of {} peers after {:.0f} s: training anyway", e.other, min_peers_, e.seconds);
+      metrics_.write("peers_in_view", {{"peers", e.other}, {"seconds", e.seconds}});
+      break;
+    case K::Training:
+      if (e.reason.empty())
+        log_.info("state transfer: took the swarm's model at step {} in {:.2f} s", e.other, e.seconds);
+      else
+        log_.warn("no state transfer ({}): training from our own initialisation", e.reason);
+      break;
+    case K::Diverged:
+      log_.error("training diverged at step {} (loss {}); lower --lr", e.clock, e.reason);
+      metrics_.write("diverged", {{"step", e.clock}});
+      break;
+    case K::Settled:
+      log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
+      metrics_.write("settled", {{"exchanges", e.other}, {"seconds", e.seconds}, {"distance", e.distance}});
+      break;
+    case K::Departed:
+      log_.info("left the swarm in {:.2f} s{}", e.seconds, e.reason.empty() ? "" : " (" + e.reason + ")");
+      break;
+  }
+}
+
+Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopModel& model, MetricsWriter& metrics,
+                 std::shared_ptr<spdlog::logger> log)
+    : log_(std::move(log)), metrics_(metrics), inbox_(std::make_unique<Inbox>()) {
+  const HostPort listen = parse_host_port(o.listen, "--listen", true);
+  for (const auto& j : o.join) seeds_.push_back(parse_host_port(j, "--join", false).str());
+  net::TransportConfig ncfg;
+  ncfg.listen_host = listen.host;
+  ncfg.listen_port = listen.port;
+  ncfg.fingerprint = o.fingerprint;
+  ncfg.max_payload_bytes = o.param_count * sizeof(float) + (1u << 20);
+  ncfg.swarm_key = o.swarm_key;
+  ncfg.tls_cert = o.tls_cert;
+  ncfg.tls_key = o.tls_key;
+  ncfg.tls_ca = o.tls_ca;
+  // The transport's callbacks only queue work for the compute thread.
+  Inbox* inbox = inbox_.get();
+  net::TransportEvents nev;
+  nev.on_message = [inbox](const PeerId& from, Message&& m) {
+    inbox->push({InboxItem::Kind::Message, from, std::move(m), {}, 0});
+  };
+  nev.on_send_failed = [inbox](const PeerId& p, const std::string& why) {
+    inbox->push({InboxItem::Kind::SendFailed, p, {}, why, 0});
+  };
+  nev.on_rejected = [inbox](const PeerId& p, const std::string& why) {
+    inbox->push({InboxItem::Kind::Rejected, p, {}, why, 0});
+  };
+  transport_ = std::make_unique<net::Transport>(ncfg, nev, log_);
+  transport_->start();
+  id_ = transport_->local_id();
+  env_ = std::make_unique<RealEnv>(*transport_, *inbox_, metrics_, *log_, o.seed ^ id_hash(id_), settings.min_peers);
+  // Incarnation from the wall clock, so a peer restarted on the same address outranks its
+  // earlier life in every view.
+  const std::uint64_t incarnation =
+      o.incarnation ? o.incarnation
+                    : static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                     std::chrono::system_clock::now().time_since_epoch())
+                                                     .count());
+  loop_ = std::make_unique<PeerLoop>(*env_, settings, MemberDigest{id_, incarnation, MemberState::Alive, 0},
+                                     o.fingerprint, model);
+}
+
+Runtime::~Runtime() { close(0.0); }
+
+Env& Runtime::env() { return *env_; }
+double Runtime::now() const { return env_->now(); }
+net::TransportStats Runtime::transport_stats() const { return transport_->stats(); }
+
+void Runtime::start(const std::vector<PeerId>& more) {
+  std::vector<PeerId> seeds = seeds_;
+  for (const auto& v : more)
+    if (v != id_ && std::find(seeds.begin(), seeds.end(), v) == seeds.end()) seeds.push_back(v);
+  loop_->start(seeds);
+}
+
+bool Runtime::drain() {
+  auto items = inbox_->take_all();
+  if (items.empty()) return false;
+  if (on_params_written) on_params_written();
+  Gossip& g = loop_->gossip();
+  for (InboxItem& it : items) {
+    switch (it.kind) {
+      case InboxItem::Kind::Message: g.on_message(it.peer, it.msg); break;
+      case InboxItem::Kind::SendFailed: g.on_send_failed(it.peer, it.reason); break;
+      case InboxItem::Kind::Timer: g.on_timer(it.timer); break;
+      case InboxItem::Kind::Rejected:
+        ++transport_rejected_;
+        metrics_.write("rejected", {{"peer", it.peer}, {"reason", it.reason}});
+        break;  // the transport already logged it and closed the connection
+    }
+  }
+  return true;
+}
+
+void Runtime::wait(double until, const std::atomic<bool>* stop) {
+  for (;;) {
+    const double left = until - now();
+    if (left <= 0 || (stop && stop->load(std::memory_order_relaxed))) break;
+    if (inbox_->wait_for(std::chrono::duration<double>(std::min(left, kStopPoll)))) break;
+  }
+  drain();
+}
+
+void Runtime::sleep_for(double seconds, const std::atomic<bool>* stop) {
+  const double until = now() + seconds;
+  while (now() < until && !(stop && stop->load(std::memory_order_relaxed))) wait(until, stop);
+}
+
+void Runtime::close(double flush_s) {
+  if (closed_) return;
+  closed_ = true;
+  if (flush_s > 0) transport_->flush(flush_s);
+  transport_->stop();
+}
+
+}  // namespace rumor::peer

@@ -1,0 +1,104 @@
+// The real-time world of one peer: the transport on its own I/O thread (net/), the inbox that
+// hands what it hears to the compute thread, an Env with the monotonic clock, the metrics file,
+// and the peer's loop (core/peer_loop.hpp). rumor-peer (peer/daemon.cpp) and the Python module
+// (python/) both drive a Runtime from their one compute thread:
+//
+//   Runtime rt(options, settings, model, metrics, log);   // listening once constructed
+//   rt.start();                                           // join through options.join
+//   for (;;) { rt.drain(); LoopAction a = rt.loop().next(); ...carry it out...;
+//              a Wait: rt.wait(a.until); }
+//
+// Threading contract: every method is called from the compute thread, except that the
+// transport's I/O thread pushes into the inbox (never anything else: no protocol code, no
+// Python, runs there). Every wait here is bounded.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/message.hpp"
+#include "core/peer_loop.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace rumor::net {
+class Transport;
+struct TransportStats;
+}  // namespace rumor::net
+
+namespace rumor::peer {
+
+class Inbox;
+class MetricsWriter;
+
+struct RuntimeOptions {
+  std::string listen = "127.0.0.1:0";   // HOST:PORT; port 0 picks a free one
+  std::vector<std::string> join;        // HOST:PORT of any live members; none: a new swarm
+  std::string fingerprint;              // the model's; peers must match (net/handshake)
+  std::size_t param_count = 0;          // bounds the payloads we accept
+  Bytes swarm_key;                      // net::load_swarm_key's secret; empty: an open swarm
+  std::string tls_cert, tls_key, tls_ca;
+  std::uint64_t seed = 1;               // the protocol's random stream (mixed with our id)
+  std::uint64_t incarnation = 0;        // 0: the wall-clock milliseconds (a restart outranks its earlier life)
+};
+
+class Runtime {
+ public:
+  // Starts the transport (listening when this returns; a bad address or TLS file throws
+  // std::invalid_argument) and builds the loop around `model`. `metrics` must outlive it.
+  Runtime(const RuntimeOptions& options, const LoopSettings& settings, LoopModel& model, MetricsWriter& metrics,
+          std::shared_ptr<spdlog::logger> log);
+  ~Runtime();  // stops the transport (closes its connections)
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const PeerId& id() const { return id_; }
+  // Joins through options.join plus `more` (e.g. a resumed peer's saved view).
+  void start(const std::vector<PeerId>& more = {});
+  // Hands everything queued to Gossip. Returns true if anything was handled; then whatever
+  // mixed into or replaced the parameters did so, and `on_params_written` was called first.
+  bool drain();
+  // Blocks until env time `until`, something arrives, or *stop turns true (looked at every
+  // 20 ms), then drains. Returns at once if `until` has passed.
+  void wait(double until, const std::atomic<bool>* stop = nullptr);
+  // Waits up to `seconds` (same wake-ups), draining as things arrive, until env time has
+  // passed now + seconds: a throttled step's stretch.
+  void sleep_for(double seconds, const std::atomic<bool>* stop = nullptr);
+
+  PeerLoop& loop() { return *loop_; }
+  const PeerLoop& loop() const { return *loop_; }
+  Gossip& gossip() { return loop_->gossip(); }
+  Env& env();
+  double now() const;
+  net::TransportStats transport_stats() const;
+  std::uint64_t transport_rejected() const { return transport_rejected_; }  // connections refused for bad input
+  // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
+  void close(double flush_s = 1.0);
+
+  // Called by drain() before Gossip handles anything (a device Trainer uploads its host mirror
+  // before its next use: Trainer::params_written).
+  std::function<void()> on_params_written;
+
+ private:
+  class RealEnv;
+  std::shared_ptr<spdlog::logger> log_;
+  MetricsWriter& metrics_;
+  std::unique_ptr<Inbox> inbox_;
+  std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<RealEnv> env_;
+  std::unique_ptr<PeerLoop> loop_;
+  PeerId id_;
+  std::vector<PeerId> seeds_;
+  std::uint64_t transport_rejected_ = 0;
+  bool closed_ = false;
+};
+
+// The FNV-1a hash of a string, to derive a per-peer random stream from the seed and its id.
+std::uint64_t id_hash(const std::string& s);
+
+}  // namespace rumor::peer
