@@ -183,7 +183,7 @@ def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
     for i in (0, 1):
         for n, p in models[i].named_parameters():
             assert torch.isfinite(p).all(), f"peer {i}: {n} took the NaN in"
-        assert math.isfinite(results[i][-1]) and results[i][-1] < results[i][0] + 1e-3
+        assert len(results[i]) == 150 and all(math.isfinite(x) for x in results[i]), f"peer {i} stopped or broke"
     rejected = sum(peers[i].stats()["rejected"] for i in (0, 1))
     assert rejected > 0, "the healthy peers should have refused the NaN model"
     assert sum(peers[i].stats()["exchanges"] for i in (0, 1)) > 0
