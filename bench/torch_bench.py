@@ -90,6 +90,9 @@ def main():
                       a.timeout)
             g = swarm(a, os.path.join(a.out, f"gossip{r}"), ["--steps", str(a.steps), "--eval-every", "-1",
                                                                 "--local-steps", "1", "--settle", "0"], a.timeout)
+            inside = statistics.median(v["rumor_s"] / v["train_s"] for v in g.values())
+            print(f"overhead run {r}: Rumor's part of each gossip step (protocol, copies, waits) is "
+                  f"{100 * inside:.1f}% of the step time (in-process, whatever the machine's load)", flush=True)
             plain.append(statistics.median(v["samples_per_s"] for v in p.values()))
             gossip.append(statistics.median(v["samples_per_s"] for v in g.values()))
             print(f"overhead run {r}: plain {plain[-1]:.0f} samples/s per process, gossip H=1 {gossip[-1]:.0f} "

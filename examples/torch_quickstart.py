@@ -133,8 +133,9 @@ def worker(a):
         opt.serve(a.settle)  # others may still be training: keep averaging with them a moment
     acc, l = evaluate(model, xte, yte)
     report(acc, l, step / steps_per_epoch)
+    rumor_s = opt.rumor_seconds if peer else 0.0
     print(f"final test_acc {acc:.4f} steps {step} train_s {train_s:.2f} "
-          f"samples_per_s {step * a.batch / train_s:.1f}", flush=True)
+          f"samples_per_s {step * a.batch / train_s:.1f} rumor_s {rumor_s:.3f}", flush=True)
     if peer:
         peer.close()
     return 0

@@ -208,6 +208,7 @@ class _Sync:
         layout.copy_in()  # our initialisation, until (and unless) the swarm's model replaces it
         self._last = None
         self.joined = False
+        self.rumor_seconds = 0.0  # time spent in Rumor's part of step() (samples/s overhead)
 
     def join(self, timeout):
         step = self.peer.join(timeout)
@@ -216,10 +217,12 @@ class _Sync:
         return step
 
     def before_update(self):
+        self._t0 = time.perf_counter()
         self.layout.check(self.model)
         delta = self.peer.begin_step()
         if delta is not None:
             self.layout.add(delta)
+        self.rumor_seconds += time.perf_counter() - self._t0
 
     def serve(self, seconds):
         self.layout.check(self.model)
@@ -233,6 +236,7 @@ class _Sync:
         self._last = None  # the evaluation before it was not training time
 
     def after_update(self, loss, samples):
+        t0 = time.perf_counter()
         self.layout.copy_in()
         now = time.perf_counter()
         seconds = now - self._last if self._last is not None else 0.0
@@ -243,6 +247,7 @@ class _Sync:
         if delta is not None:
             self.layout.add(delta)
         self._last = time.perf_counter()
+        self.rumor_seconds += self._last - t0
 
 
 class GossipOptimizer:
@@ -308,6 +313,11 @@ class GossipOptimizer:
 
     def load_state_dict(self, sd):
         self.optimizer.load_state_dict(sd)
+
+    @property
+    def rumor_seconds(self):
+        """Seconds spent in Rumor's part of step() (the protocol, the copies, staleness waits)."""
+        return self._sync.rumor_seconds
 
     @property
     def param_groups(self):
