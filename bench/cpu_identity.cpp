@@ -12,7 +12,7 @@
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 using namespace rumor;
 static void put(FILE* f, const std::vector<float>& v) { fwrite(v.data(), 4, v.size(), f); }
 static void put(FILE* f, std::span<const float> v) { fwrite(v.data(), 4, v.size(), f); }

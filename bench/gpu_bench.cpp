@@ -31,7 +31,7 @@
 #include "core/model.hpp"
 #include "core/trainer.hpp"
 #include "gpu/cuda_backend.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 
 namespace {
 using Clock = std::chrono::steady_clock;

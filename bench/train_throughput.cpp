@@ -41,7 +41,7 @@
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
 #include "core/trainer.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 
 namespace {
 
@@ -245,7 +245,10 @@ int main(int argc, char** argv) {
   tc.batch = args.batch;
   tc.seed = 1;
   rumor::Trainer trainer(tc, shard, shard->dim, outputs);
-  const std::vector<std::size_t> widths = widths_of(trainer.model());
+  // The GEMM ceiling and the breakdown are written for dense models; a convolutional model
+  // (bench/cnn_bench.sh) is timed on its own.
+  const bool dense = trainer.model().fingerprint().rfind("cnn:", 0) != 0;
+  const std::vector<std::size_t> widths = dense ? widths_of(trainer.model()) : std::vector<std::size_t>{1, 1};
 
   // The ceiling runs on a real batch (the first rows of the training set).
   std::vector<float> x0;
@@ -262,16 +265,20 @@ int main(int argc, char** argv) {
               trainer.model().fingerprint().c_str(), trainer.model().param_count(),
               trainer.optimizer().name().c_str(), args.lr, args.batch, rumor::math_threads(),
               EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
-  std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each), interleaved in "
-              "chunks of %d steps; ceiling = %zu matrix products per step (%.1f MFLOP)\n",
-              args.reps, args.steps, args.warmup, args.chunk, ceiling.products(), 1e-6 * ceiling.flops());
+  if (dense)
+    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each), interleaved in "
+                "chunks of %d steps; ceiling = %zu matrix products per step (%.1f MFLOP)\n",
+                args.reps, args.steps, args.warmup, args.chunk, ceiling.products(), 1e-6 * ceiling.flops());
+  else
+    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each); no GEMM ceiling for a "
+                "convolutional model\n", args.reps, args.steps, args.warmup);
   std::fflush(stdout);
 
   const double samples_per_rep = static_cast<double>(args.steps) * static_cast<double>(args.batch);
   // Per repetition: samples/s by wall clock and by process CPU time, and the ratios.
   std::vector<double> rumor_sps, ceil_sps, ratios, rumor_cpu, ceil_cpu, ratios_cpu;
   double last_loss = 0, sink = 0;
-  const bool run_rumor = args.only != "ceiling", run_ceiling = args.only != "rumor";
+  const bool run_rumor = args.only != "ceiling" || !dense, run_ceiling = args.only != "rumor" && dense;
   for (int r = 0; r < args.reps; ++r) {
     // Warm-up, then the timed steps in chunks that alternate between the two sides, so that a
     // disturbance from another process lasting a fraction of a second lands on both.
@@ -328,7 +335,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- Where the time goes ----
-  if (args.breakdown) {
+  if (args.breakdown && dense) {
     std::printf("# breakdown: parts of Trainer::step timed separately (median over %d reps of %d "
                 "steps, interleaved in chunks of %d; microseconds per step)\n", args.reps, args.steps,
                 args.chunk);
@@ -461,7 +468,7 @@ int main(int argc, char** argv) {
   if (!ratios_cpu.empty()) std::printf("ratio_to_ceiling_cpu %.3f\n", median(ratios_cpu));
   // GEMM work per second (the same products on both sides).
   const double gflop_per_sample = ceiling.flops() / static_cast<double>(args.batch) * 1e-9;
-  if (run_rumor) std::printf("rumor_gemm_gflops %.1f\n", rm * gflop_per_sample);
+  if (run_rumor && dense) std::printf("rumor_gemm_gflops %.1f\n", rm * gflop_per_sample);
   if (run_ceiling) std::printf("ceiling_gemm_gflops %.1f\n", cm * gflop_per_sample);
   std::printf("param_count %zu\n", trainer.model().param_count());
   std::printf("bench_max_rss_kib %ld\n", max_rss_kib());

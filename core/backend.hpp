@@ -1,5 +1,5 @@
-// The model math behind one interface: the operations a dense model, its optimizer and the
-// mixing step need, so that Model (model.hpp), Optimizer (optimizer.hpp) and Trainer
+// The model math behind one interface: the operations a dense or convolutional model, its
+// optimizer and the mixing step need, so that Model (model.hpp), Optimizer (optimizer.hpp) and Trainer
 // (trainer.hpp) run the same code on the CPU (CpuBackend: Eigen and plain loops, the default)
 // or on a GPU (gpu/cuda_backend.hpp: cuBLAS sgemm and small CUDA kernels, built only where
 // nvcc exists). core/ itself never touches a GPU: a device backend is handed in from outside.
@@ -14,7 +14,11 @@
 // - Matrices are row-major. gemm: C (m x n) = op(A) op(B), op(A) m x k, op(B) k x n; A is
 //   stored k x m when trans_a (and B n x k when trans_b).
 // - Results on a device agree with the CPU's to rounding (different summation orders), except
-//   mix(), which is exact: x + w (m - s) rounded after each operation, as on the CPU.
+//   mix(), which is exact: x + w (m - s) rounded after each operation, as on the CPU, and the
+//   pure data movement of im2col, the pooling and the gathers, which is exact too.
+// - Images are NHWC: a batch of B images of H x W pixels with C channels is B*H*W*C floats,
+//   channel fastest, so a convolution is im2col then one GEMM whose result (B*OH*OW x filters)
+//   is already the next NHWC activation (see ConvShape).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +40,25 @@ struct AdamUpdate {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
   float decay = 1;         // AdamW: 1 - lr * weight_decay; Adam: 1
   bool decoupled = false;  // AdamW
+};
+
+// One 2-D convolution's geometry: an in_h x in_w x in_c input (NHWC), a kernel x kernel window
+// moved by `stride`, `pad` zero pixels on every side. Its im2col matrix has one row per output
+// pixel (B*out_h*out_w rows, in image order) and patch() = kernel*kernel*in_c columns ordered
+// (kh, kw, c), which is also the row order of the filter matrix (patch() x filters).
+struct ConvShape {
+  std::size_t in_h = 0, in_w = 0, in_c = 0, kernel = 1, stride = 1, pad = 0;
+  std::size_t out_h() const { return (in_h + 2 * pad - kernel) / stride + 1; }
+  std::size_t out_w() const { return (in_w + 2 * pad - kernel) / stride + 1; }
+  std::size_t patch() const { return kernel * kernel * in_c; }
+};
+
+// Max pooling over non-overlapping window x window tiles (stride = window), NHWC; rows and
+// columns past the last whole tile are dropped (floor), as in PyTorch's default.
+struct PoolShape {
+  std::size_t in_h = 0, in_w = 0, c = 0, window = 2;
+  std::size_t out_h() const { return in_h / window; }
+  std::size_t out_w() const { return in_w / window; }
 };
 
 class Backend {
@@ -82,6 +105,20 @@ class Backend {
   virtual void gather_labels(const std::int32_t* src, const std::int32_t* idx, std::size_t rows,
                              std::int32_t* dst) = 0;
 
+  // ---- convolution and pooling (NHWC, see ConvShape and PoolShape)
+  // col ((batch*out_h*out_w) x patch()) = the input's patches, zeros where they cross the padding.
+  virtual void im2col(const float* x, std::size_t batch, const ConvShape& s, float* col) = 0;
+  // The adjoint: x (batch images, overwritten) = the sum of every patch's entries back where
+  // im2col read them (the input gradient of a convolution from its patch gradient).
+  virtual void col2im(const float* col, std::size_t batch, const ConvShape& s, float* x) = 0;
+  // y (batch x out_h x out_w x c) = each tile's maximum; argmax = the winning input's offset
+  // within its image ((h*in_w + w)*c + channel), the first in row-major order on ties.
+  virtual void maxpool_forward(const float* x, std::size_t batch, const PoolShape& s, float* y,
+                               std::int32_t* argmax) = 0;
+  // dx (batch input images, overwritten) = dy routed to each tile's winner, zero elsewhere.
+  virtual void maxpool_backward(const float* dy, const std::int32_t* argmax, std::size_t batch,
+                                const PoolShape& s, float* dx) = 0;
+
   // ---- optimizer updates, one pass over n parameters
   virtual void sgd_update(float* params, const float* grad, float* velocity, std::size_t n, const SgdUpdate& u) = 0;
   virtual void adam_update(float* params, const float* grad, float* m, float* v, std::size_t n,
@@ -115,6 +152,12 @@ class CpuBackend final : public Backend {
                    float* dst) override;
   void gather_labels(const std::int32_t* src, const std::int32_t* idx, std::size_t rows,
                      std::int32_t* dst) override;
+  void im2col(const float* x, std::size_t batch, const ConvShape& s, float* col) override;
+  void col2im(const float* col, std::size_t batch, const ConvShape& s, float* x) override;
+  void maxpool_forward(const float* x, std::size_t batch, const PoolShape& s, float* y,
+                       std::int32_t* argmax) override;
+  void maxpool_backward(const float* dy, const std::int32_t* argmax, std::size_t batch, const PoolShape& s,
+                        float* dx) override;
   void sgd_update(float* params, const float* grad, float* velocity, std::size_t n, const SgdUpdate& u) override;
   void adam_update(float* params, const float* grad, float* m, float* v, std::size_t n,
                    const AdamUpdate& u) override;
@@ -159,6 +202,15 @@ class EmulatedDevice final : public Backend {
   }
   void gather_labels(const std::int32_t* s, const std::int32_t* i, std::size_t r, std::int32_t* o) override {
     cpu_.gather_labels(s, i, r, o);
+  }
+  void im2col(const float* x, std::size_t b, const ConvShape& s, float* col) override { cpu_.im2col(x, b, s, col); }
+  void col2im(const float* col, std::size_t b, const ConvShape& s, float* x) override { cpu_.col2im(col, b, s, x); }
+  void maxpool_forward(const float* x, std::size_t b, const PoolShape& s, float* y, std::int32_t* am) override {
+    cpu_.maxpool_forward(x, b, s, y, am);
+  }
+  void maxpool_backward(const float* dy, const std::int32_t* am, std::size_t b, const PoolShape& s,
+                        float* dx) override {
+    cpu_.maxpool_backward(dy, am, b, s, dx);
   }
   void sgd_update(float* p, const float* g, float* v, std::size_t n, const SgdUpdate& u) override {
     cpu_.sgd_update(p, g, v, n, u);

@@ -129,6 +129,116 @@ void CpuBackend::gather_labels(const std::int32_t* src, const std::int32_t* idx,
   for (std::size_t i = 0; i < rows; ++i) dst[i] = src[idx[i]];
 }
 
+// im2col/col2im walk the output pixels in image order and copy (or add) in_c contiguous floats
+// per kernel tap; the padding taps are zero-filled (or skipped). Each is one pass, no allocation.
+void CpuBackend::im2col(const float* x, std::size_t batch, const ConvShape& s, float* col) {
+  const std::size_t OH = s.out_h(), OW = s.out_w(), K = s.kernel, C = s.in_c, P = s.patch();
+  const std::ptrdiff_t H = static_cast<std::ptrdiff_t>(s.in_h), W = static_cast<std::ptrdiff_t>(s.in_w);
+  const std::ptrdiff_t pad = static_cast<std::ptrdiff_t>(s.pad), stride = static_cast<std::ptrdiff_t>(s.stride);
+  for (std::size_t b = 0; b < batch; ++b) {
+    const float* img = x + b * s.in_h * s.in_w * C;
+    for (std::size_t oh = 0; oh < OH; ++oh)
+      for (std::size_t ow = 0; ow < OW; ++ow) {
+        float* row = col + ((b * OH + oh) * OW + ow) * P;
+        const std::ptrdiff_t h0 = static_cast<std::ptrdiff_t>(oh) * stride - pad;
+        const std::ptrdiff_t w0 = static_cast<std::ptrdiff_t>(ow) * stride - pad;
+        for (std::size_t kh = 0; kh < K; ++kh) {
+          const std::ptrdiff_t ih = h0 + static_cast<std::ptrdiff_t>(kh);
+          float* dst = row + kh * K * C;
+          if (ih < 0 || ih >= H) {
+            std::fill_n(dst, K * C, 0.0f);
+            continue;
+          }
+          const float* src = img + static_cast<std::size_t>(ih) * s.in_w * C;
+          if (w0 >= 0 && w0 + static_cast<std::ptrdiff_t>(K) <= W) {  // the whole kernel row inside
+            std::copy_n(src + static_cast<std::size_t>(w0) * C, K * C, dst);
+            continue;
+          }
+          for (std::size_t kw = 0; kw < K; ++kw) {
+            const std::ptrdiff_t iw = w0 + static_cast<std::ptrdiff_t>(kw);
+            if (iw < 0 || iw >= W)
+              std::fill_n(dst + kw * C, C, 0.0f);
+            else
+              std::copy_n(src + static_cast<std::size_t>(iw) * C, C, dst + kw * C);
+          }
+        }
+      }
+  }
+}
+
+void CpuBackend::col2im(const float* col, std::size_t batch, const ConvShape& s, float* x) {
+  const std::size_t OH = s.out_h(), OW = s.out_w(), K = s.kernel, C = s.in_c, P = s.patch();
+  const std::ptrdiff_t H = static_cast<std::ptrdiff_t>(s.in_h), W = static_cast<std::ptrdiff_t>(s.in_w);
+  const std::ptrdiff_t pad = static_cast<std::ptrdiff_t>(s.pad), stride = static_cast<std::ptrdiff_t>(s.stride);
+  std::fill_n(x, batch * s.in_h * s.in_w * C, 0.0f);
+  for (std::size_t b = 0; b < batch; ++b) {
+    float* img = x + b * s.in_h * s.in_w * C;
+    for (std::size_t oh = 0; oh < OH; ++oh)
+      for (std::size_t ow = 0; ow < OW; ++ow) {
+        const float* row = col + ((b * OH + oh) * OW + ow) * P;
+        const std::ptrdiff_t h0 = static_cast<std::ptrdiff_t>(oh) * stride - pad;
+        const std::ptrdiff_t w0 = static_cast<std::ptrdiff_t>(ow) * stride - pad;
+        for (std::size_t kh = 0; kh < K; ++kh) {
+          const std::ptrdiff_t ih = h0 + static_cast<std::ptrdiff_t>(kh);
+          if (ih < 0 || ih >= H) continue;
+          float* dst = img + static_cast<std::size_t>(ih) * s.in_w * C;
+          const float* src = row + kh * K * C;
+          for (std::size_t kw = 0; kw < K; ++kw) {
+            const std::ptrdiff_t iw = w0 + static_cast<std::ptrdiff_t>(kw);
+            if (iw < 0 || iw >= W) continue;
+            float* d = dst + static_cast<std::size_t>(iw) * C;
+            const float* v = src + kw * C;
+            for (std::size_t c = 0; c < C; ++c) d[c] += v[c];
+          }
+        }
+      }
+  }
+}
+
+void CpuBackend::maxpool_forward(const float* x, std::size_t batch, const PoolShape& s, float* y,
+                                 std::int32_t* argmax) {
+  const std::size_t OH = s.out_h(), OW = s.out_w(), K = s.window, C = s.c;
+  for (std::size_t b = 0; b < batch; ++b) {
+    const float* img = x + b * s.in_h * s.in_w * C;
+    for (std::size_t oh = 0; oh < OH; ++oh)
+      for (std::size_t ow = 0; ow < OW; ++ow) {
+        const std::size_t o = ((b * OH + oh) * OW + ow) * C;
+        float* out = y + o;
+        std::int32_t* am = argmax + o;
+        // The tile's first pixel, then a strict > over the rest: the first maximum wins.
+        const std::size_t first = ((oh * K) * s.in_w + ow * K) * C;
+        for (std::size_t c = 0; c < C; ++c) {
+          out[c] = img[first + c];
+          am[c] = static_cast<std::int32_t>(first + c);
+        }
+        for (std::size_t kh = 0; kh < K; ++kh)
+          for (std::size_t kw = 0; kw < K; ++kw) {
+            if (kh == 0 && kw == 0) continue;
+            const std::size_t at = ((oh * K + kh) * s.in_w + ow * K + kw) * C;
+            const float* v = img + at;
+            for (std::size_t c = 0; c < C; ++c)
+              if (v[c] > out[c]) {
+                out[c] = v[c];
+                am[c] = static_cast<std::int32_t>(at + c);
+              }
+          }
+      }
+  }
+}
+
+void CpuBackend::maxpool_backward(const float* dy, const std::int32_t* argmax, std::size_t batch,
+                                  const PoolShape& s, float* dx) {
+  const std::size_t in = s.in_h * s.in_w * s.c, out = s.out_h() * s.out_w() * s.c;
+  std::fill_n(dx, batch * in, 0.0f);
+  // Tiles do not overlap, so every input receives at most one value: a plain store.
+  for (std::size_t b = 0; b < batch; ++b) {
+    float* img = dx + b * in;
+    const float* g = dy + b * out;
+    const std::int32_t* am = argmax + b * out;
+    for (std::size_t i = 0; i < out; ++i) img[am[i]] = g[i];
+  }
+}
+
 void CpuBackend::sgd_update(float* __restrict p, const float* __restrict g, float* __restrict v, std::size_t n,
                             const SgdUpdate& u) {
   const float wd = u.weight_decay, mu = u.momentum, a = u.lr;

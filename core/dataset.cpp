@@ -1,6 +1,6 @@
 // Data sets: IDX decoding, synthetic tasks, shard partitions and the per-epoch batch order.
 //
-// Contract: every function here is pure. Bytes come in from the caller (peer/data_files.hpp reads
+// Contract: every function here is pure. Bytes come in from the caller (files/data_files.hpp reads
 // the files); randomness comes only from an Rng seeded by the arguments, so two peers given the
 // same seed compute the same split of the same data without talking to each other, and a
 // restarted peer can seek its batch order back to where its checkpoint left it.

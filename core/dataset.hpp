@@ -1,6 +1,6 @@
 // Data sets in memory, the IDX format (Fashion-MNIST/MNIST), synthetic tasks, shards and
 // partitions, and the per-epoch batch order. All pure and deterministic from a seed: reading
-// files is the caller's job (peer/data_files.hpp); here bytes come in.
+// files is the caller's job (files/data_files.hpp); here bytes come in.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -31,6 +31,8 @@ struct ProtocolEvent {
     StateFailed,     // no member delivered the model: training from our own initialisation
     Handover,        // a leaving peer handed us its model and we merged it (peer, distance)
     // The loop around the protocol (core/peer_loop.hpp):
+    JoinFailed,      // no member of the join list answered within --join-timeout (reason: Gossip::join_failure())
+    Founded,         // none answered, but we are in our own join list: we start the swarm (seconds: the join timeout)
     PeersInView,     // the --min-peers wait ended (other = peers in view, ourselves included; seconds; reason "timed out" or empty)
     Training,        // training begins after a state wait (other = the swarm's step adopted, or 0; seconds waited; reason why none was adopted)
     Diverged,        // the loss of a step was not finite (clock; reason = the loss)

@@ -30,6 +30,8 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
     case K::StateReceived: return "state_received";
     case K::StateFailed: return "state_failed";
     case K::Handover: return "handover";
+    case K::JoinFailed: return "join_failed";
+    case K::Founded: return "founded";
     case K::PeersInView: return "peers_in_view";
     case K::Training: return "training";
     case K::Diverged: return "diverged";
@@ -46,6 +48,7 @@ Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string finger
   RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
   RUMOR_CHECK(cfg_.staleness >= 0);
   RUMOR_CHECK(cfg_.topk_fraction > 0 && cfg_.topk_fraction <= 1);
+  RUMOR_CHECK(cfg_.join_timeout_s > 0 && cfg_.join_retry_s > 0);
 }
 
 ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason) const {
@@ -56,13 +59,17 @@ ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string 
 
 void Gossip::start(const std::vector<PeerId>& seeds) {
   seeds_.clear();
-  for (const auto& s : seeds)
-    if (s != view_.self().id) seeds_.push_back(s);
+  self_seeded_ = false;
+  for (const auto& s : seeds) {
+    if (s == view_.self().id) self_seeded_ = true;
+    else if (std::find(seeds_.begin(), seeds_.end(), s) == seeds_.end()) seeds_.push_back(s);
+  }
   joined_ = seeds_.empty();
   state_ready_ = joined_ || !cfg_.fetch_state;
   if (!joined_) {
     send_join_requests();
     env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
+    if (std::isfinite(cfg_.join_timeout_s)) env_.set_timer(cfg_.join_timeout_s, timer_id(kJoinDeadline, ++timer_seq_));
   }
   env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
 }
@@ -149,6 +156,13 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
   if (!peer_busy) note_failure(peer);  // a peer that answered is healthy: just pick again
 }
 
+std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
+  std::vector<OpenExchange> v;
+  for (const Outstanding& o : out_)
+    v.push_back({o.peer, o.id, o.weight, o.snapshot(), o.accepted, o.reply ? &*o.reply : nullptr});
+  return v;
+}
+
 void Gossip::decline_exchange(std::size_t index, const std::string& reason) {
   RUMOR_CHECK(index < out_.size());
   const PeerId peer = out_[index].peer;
@@ -231,6 +245,7 @@ std::shared_ptr<const Bytes> Gossip::encode_snapshot(std::vector<float>& decoded
 }
 
 void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {
+  if (!joined_ && std::find(seeds_.begin(), seeds_.end(), peer) != seeds_.end()) join_errors_[peer] = reason;
   if (auto i = find_out(peer); i != npos)
     fail_exchange(i, "unreachable: " + reason, false);
   else
@@ -250,10 +265,13 @@ void Gossip::on_timer(std::uint64_t id) {
         }
       break;
     case kJoinRetry:
-      if (!joined_) {
+      if (!joined_ && !join_failed_) {
         send_join_requests();
         env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
       }
+      break;
+    case kJoinDeadline:
+      on_join_deadline();
       break;
     case kProbe:
     case kProbeTimeout:

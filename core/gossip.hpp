@@ -14,8 +14,9 @@
 //     and the parameter count, merges the view, applies the busy rules below, snapshots y_s
 //     and replies ExchangeReply{id, clock, weight b, view} + y_s at once, keeping y_s. On the
 //     ExchangePayload: checks that every value of x_s is finite (else: Rejected event,
-//     disconnect, nothing mixed), screens it (--robust), applies y += a/(a+b) (x_s - y_s) and
-//     sends ExchangeAccept{id}. Training may go on in between; the overlap rule keeps it.
+//     disconnect, nothing mixed; the receiving transport may have checked it as it landed,
+//     Message::payload_finite), screens it (--robust), sends ExchangeAccept{id}, then applies
+//     y += a/(a+b) (x_s - y_s). Training may go on in between; the overlap rule keeps it.
 //  3. The initiator mixes only when it has both the reply and the accept (so a responder that
 //     refused x_s leaves both sides unmixed): the same checks on y_s, then
 //     x += b/(a+b) (y_s - x_s) and the exchange is done. Training went on meanwhile and its
@@ -80,6 +81,15 @@ struct GossipConfig {
   int suspect_after_failures = 3;
   double suspect_timeout_s = 5.0;    // Suspect -> Dead unless refuted
   double join_retry_s = 1.0;         // resend JoinRequest to the seeds until one answers
+  // Joining through seeds on a cluster, where peers start in any order: the JoinRequest is
+  // resent every join_retry_s until a seed answers or this deadline passes (infinity: retry
+  // for ever). At the deadline, a peer that no member has answered or reached
+  //  - fails (join_failed(); the daemon exits 1 with join_failure()), unless
+  //  - it is in its own seed list (one of the swarm's founders, e.g. the first two tasks of a
+  //    Slurm job or peer-0/peer-1 of a StatefulSet): it then starts the swarm with its own
+  //    model (founded()), and keeps retrying the other seeds in the background.
+  // A peer that some member reached (an inbound join, a probe) is in a swarm and never fails.
+  double join_timeout_s = INFINITY;
   // SWIM failure detector (gossip_membership.cpp): every probe_interval_s, the alive member we
   // heard from least recently (if longer ago than that) gets a Ping; no Ack within
   // probe_timeout_s -> `indirect_probes` others are asked to ping it (PingReq); no news by the
@@ -158,7 +168,28 @@ class Gossip {
   const View& view() const { return view_; }
   const GossipStats& stats() const { return stats_; }
   bool joined() const { return joined_; }
+  // Joining through seeds (GossipConfig::join_timeout_s): true while no seed has answered, no
+  // member has reached us, and the deadline has not passed; a driver waits while it holds.
+  bool joining() const;
+  // The deadline passed with nobody answering and we are not a founder: give up (exit).
+  bool join_failed() const { return join_failed_; }
+  // "could not join through A,B within N s: A: <last error>; B: no answer" (when join_failed()).
+  std::string join_failure() const;
+  // The deadline passed alone, and we are in our own seed list: we started the swarm.
+  bool founded() const { return founded_; }
   std::size_t exchanges_in_flight() const { return out_.size(); }
+  // The exchanges we started and have not finished, read-only (the simulator's invariant
+  // checks: tests/sim/test_invariants.cpp). `reply`: the responder's reply, held until its
+  // ExchangeAccept arrives (null while it has not arrived).
+  struct OpenExchange {
+    PeerId peer;
+    std::uint64_t id = 0;
+    double weight = 1;                    // ours, a
+    std::span<const float> snapshot;      // x̂_s as the responder received it
+    bool accepted = false;                // the responder said it mixed x_s
+    const Message* reply = nullptr;
+  };
+  std::vector<OpenExchange> open_exchanges() const;
   const GossipConfig& config() const { return cfg_; }
 
  private:
@@ -177,7 +208,7 @@ class Gossip {
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
-    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8, kIncomingDeadline = 9
+    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8, kIncomingDeadline = 9, kJoinDeadline = 10
   };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
@@ -222,7 +253,7 @@ class Gossip {
   void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
   // Encodes our live parameters with the codec: the payload, and what the receiver will decode
   // (`decoded`, left empty for codec none). For codec none the payload is a pooled buffer
-  // (snapshot_buffer) and `digest` its hash64, computed while copying.
+  // (snapshot_buffer) and `digest` its hash64 (XXH3), computed while copying.
   std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest);
   // A buffer of n bytes for a snapshot: a pooled one that nobody else holds any more (already
   // faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its transfer),
@@ -234,6 +265,7 @@ class Gossip {
   std::string decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
                              std::span<const float>& out) const;
   void send_join_requests();
+  void on_join_deadline();
   void reject(const PeerId& from, const std::string& reason);
   // Merges a piggybacked view; handles news about ourselves (refutation).
   void merge_view(const std::vector<MemberDigest>& digests);
@@ -254,6 +286,10 @@ class Gossip {
   std::span<float> params_;
   std::vector<PeerId> seeds_;
   bool joined_ = true;
+  // Joining with a deadline (gossip_join.cpp).
+  bool self_seeded_ = false;     // we were in our own seed list: a founder
+  bool join_deadline_passed_ = false, join_failed_ = false, founded_ = false;
+  std::map<PeerId, std::string> join_errors_;  // seed -> last send failure while joining
   std::uint64_t clock_ = 0, samples_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
   std::uint64_t next_exchange_id_ = 1;

@@ -42,7 +42,10 @@ std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std
   } catch (const DecodeError& e) {
     return e.what();
   }
-  if (!all_finite(out)) return "non-finite parameters (NaN or Inf) in the payload";
+  // Raw float32: the receiving transport checked the words as they landed (payload_finite),
+  // so the 100 MB are not read again for it here.
+  const bool finite = h.codec == PayloadCodec::None && msg.payload_finite ? *msg.payload_finite : all_finite(out);
+  if (!finite) return "non-finite parameters (NaN or Inf) in the payload";
   return {};
 }
 
@@ -148,9 +151,11 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   heard_from(from);
   const std::span<const float> ys = inc.snapshot();
   if (!screen_model(from, robust_, theirs, ys, h.exchange_id)) return;  // Busy: the initiator mixes nothing
-  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, inc.weight / (inc.weight + inc.mine_weight));
+  // x_s is valid and will be mixed (nothing below can fail): the accept goes out first, so
+  // that the initiator's mix overlaps ours instead of following it.
   ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
+  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, inc.weight / (inc.weight + inc.mine_weight));
   responder_done(from, h.clock);
 }
 

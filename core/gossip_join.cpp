@@ -1,4 +1,6 @@
-// Gossip: joining through seeds and merging piggybacked membership.
+// Gossip: joining through seeds (with a deadline) and merging piggybacked membership.
+#include <sstream>
+
 #include "core/gossip.hpp"
 #include "core/serial.hpp"
 
@@ -7,6 +9,38 @@ namespace rumor {
 void Gossip::send_join_requests() {
   JoinRequestMsg j{view_.self(), fingerprint_};
   for (const auto& s : seeds_) env_.send(s, make_message(j));
+}
+
+// Nobody we know of means nobody answered and nobody reached us: the view holds every member
+// ever learnt (tombstones included), whatever message brought it.
+bool Gossip::joining() const {
+  return !joined_ && !join_deadline_passed_ && view_.members().empty();
+}
+
+// GossipConfig::join_timeout_s elapsed (armed by start() only while joining).
+void Gossip::on_join_deadline() {
+  join_deadline_passed_ = true;
+  if (joined_ || !view_.members().empty()) return;  // in a swarm already
+  if (self_seeded_) {
+    // A founder alone: the others of the seed list are not up (yet). Start the swarm with our
+    // own model; the JoinRequests go on, so a seed that comes up later merges in.
+    founded_ = true;
+    if (!transfer_) state_ready_ = true;
+    return;
+  }
+  join_failed_ = true;  // the retry timer stops resending
+}
+
+std::string Gossip::join_failure() const {
+  std::ostringstream o;
+  o << "could not join through ";
+  for (std::size_t i = 0; i < seeds_.size(); ++i) o << (i ? "," : "") << seeds_[i];
+  o << " within " << cfg_.join_timeout_s << " s: ";
+  for (std::size_t i = 0; i < seeds_.size(); ++i) {
+    const auto it = join_errors_.find(seeds_[i]);
+    o << (i ? "; " : "") << seeds_[i] << ": " << (it != join_errors_.end() ? it->second : "no answer");
+  }
+  return o.str();
 }
 
 void Gossip::on_join_request(const PeerId& from, const Message& msg) {

@@ -17,8 +17,9 @@ namespace rumor {
 using PeerId = std::string;  // a peer's listen address "host:port" (the sim uses "p0", "p1", ...)
 using Bytes = std::vector<std::uint8_t>;
 
-// 2: the frame checksum covers the payload through its own digest (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 2;
+// 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64
+// (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 3;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)
@@ -49,6 +50,11 @@ struct Message {
   // computed it (Gossip while copying its snapshot, net/ while receiving); the transport then
   // need not read the payload again to checksum the frame. It must match *payload.
   std::optional<std::uint64_t> payload_digest = std::nullopt;
+  // Set by the receiving transport (net/), which checks it in the same pass as the digest
+  // while each chunk of the payload is in cache: true if the payload, read as float32 words,
+  // holds no NaN or Inf (unset when its size is not a multiple of 4). Never sent on the wire;
+  // the protocol computes it itself when it is unset (the simulator, tests).
+  std::optional<bool> payload_finite = std::nullopt;
   std::size_t payload_size() const { return payload ? payload->size() : 0; }
 };
 

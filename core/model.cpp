@@ -135,10 +135,8 @@ class DenseNet final : public Model {
 
   EvalResult evaluate_on_backend(const float* params, const Dataset& d) override {
     RUMOR_CHECK(d.dim == input_dim(), "data set width does not match the model");
-    EvalResult r;
     const std::size_t chunk = 1024;
-    double loss_sum = 0;
-    std::size_t correct = 0;
+    OutputScore score;
     const bool host = be_->host_memory();
     const std::size_t C = output_dim();
     for (std::size_t s = 0; s < d.rows; s += chunk) {
@@ -155,30 +153,9 @@ class DenseNet final : public Model {
         be_->download(logits_.data(), out, n * C * sizeof(float));
         out = logits_.data();
       }
-      for (std::size_t i = 0; i < n; ++i) {
-        const float* z = out + i * C;
-        if (loss_ == LossKind::SoftmaxCrossEntropy) {
-          const std::int32_t y = d.labels[s + i];
-          const float m = *std::max_element(z, z + C);
-          double se = 0;
-          for (std::size_t c = 0; c < C; ++c) se += std::exp(static_cast<double>(z[c] - m));
-          loss_sum += std::log(se) - static_cast<double>(z[y] - m);
-          const std::size_t am = static_cast<std::size_t>(std::max_element(z, z + C) - z);
-          correct += (am == static_cast<std::size_t>(y));
-        } else {
-          const float* t = d.targets.data() + (s + i) * C;
-          double e = 0;
-          for (std::size_t c = 0; c < C; ++c) e += 0.5 * double(z[c] - t[c]) * double(z[c] - t[c]);
-          loss_sum += e;
-        }
-      }
+      score.add(out, n, s, d, loss_, C);
     }
-    r.rows = d.rows;
-    r.loss = d.rows ? loss_sum / static_cast<double>(d.rows) : 0.0;
-    r.accuracy = (d.rows && loss_ == LossKind::SoftmaxCrossEntropy)
-                     ? static_cast<double>(correct) / static_cast<double>(d.rows)
-                     : 0.0;
-    return r;
+    return score.result(d, loss_);
   }
 
  private:
@@ -243,6 +220,37 @@ std::vector<std::size_t> parse_widths(const std::string& s, const std::string& s
 
 }  // namespace
 
+void OutputScore::add(const float* out, std::size_t n, std::size_t s, const Dataset& d, LossKind loss,
+                      std::size_t C) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* z = out + i * C;
+    if (loss == LossKind::SoftmaxCrossEntropy) {
+      const std::int32_t y = d.labels[s + i];
+      const float m = *std::max_element(z, z + C);
+      double se = 0;
+      for (std::size_t c = 0; c < C; ++c) se += std::exp(static_cast<double>(z[c] - m));
+      loss_sum += std::log(se) - static_cast<double>(z[y] - m);
+      const std::size_t am = static_cast<std::size_t>(std::max_element(z, z + C) - z);
+      correct += (am == static_cast<std::size_t>(y));
+    } else {
+      const float* t = d.targets.data() + (s + i) * C;
+      double e = 0;
+      for (std::size_t c = 0; c < C; ++c) e += 0.5 * double(z[c] - t[c]) * double(z[c] - t[c]);
+      loss_sum += e;
+    }
+  }
+}
+
+EvalResult OutputScore::result(const Dataset& d, LossKind loss) const {
+  EvalResult r;
+  r.rows = d.rows;
+  r.loss = d.rows ? loss_sum / static_cast<double>(d.rows) : 0.0;
+  r.accuracy = (d.rows && loss == LossKind::SoftmaxCrossEntropy)
+                   ? static_cast<double>(correct) / static_cast<double>(d.rows)
+                   : 0.0;
+  return r;
+}
+
 std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,
                                   std::size_t output_dim, std::shared_ptr<Backend> backend) {
   if (!backend) backend = make_cpu_backend();
@@ -259,7 +267,9 @@ std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim
     w.push_back(output_dim);
     return std::make_unique<DenseNet>("mlp", std::move(w), LossKind::SoftmaxCrossEntropy, backend);
   }
-  throw std::invalid_argument("bad --model '" + spec + "': expected mlp:W1[,W2...], logreg or linreg");
+  if (spec.rfind("cnn:", 0) == 0) return make_conv_model(spec, input_dim, output_dim, backend);
+  throw std::invalid_argument("bad --model '" + spec +
+                              "': expected mlp:W1[,W2...], logreg, linreg or cnn:LAYERS (e.g. cnn:c32k5,p2,c64k5,p2,f1024)");
 }
 
 }  // namespace rumor

@@ -73,10 +73,36 @@ class Model {
 };
 
 // "mlp:256,128" (hidden widths), "logreg" (no hidden layer, softmax), "linreg" (no hidden
-// layer, mean squared error). Throws std::invalid_argument naming the accepted forms.
+// layer, mean squared error), or "cnn:..." (a convolutional network, see make_conv_model).
+// Throws std::invalid_argument naming the accepted forms.
 // `backend`: where the math runs; null = a CpuBackend (Eigen).
 std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,
                                   std::size_t output_dim, std::shared_ptr<Backend> backend = nullptr);
+
+// A convolutional network (core/convnet.cpp), softmax cross-entropy over output_dim classes:
+//   cnn:[iHxWxC,]TOKEN[,TOKEN...]
+//   cNkK[sS][pP]  convolution, N filters of K x K, stride S (1), zero padding P (0, < K), ReLU
+//   pK            max pool over K x K tiles, stride K (floor: a partial last tile is dropped)
+//   fN            dense layer of N units, ReLU (flattens the image first; no c or p after it)
+// then a dense output layer of output_dim. The input is an image of H x W pixels and C
+// channels, NHWC (channel fastest); without the iHxWxC token it is square and single-channel,
+// side sqrt(input_dim) (Fashion-MNIST: 784 = 28x28x1), and a non-square input_dim is refused.
+// The fingerprint spells every layer out (cnn:28x28x1-c32k5s1p0-p2-...-10/ce/pCOUNT/f32), so
+// two specs that build the same network agree and any other change differs.
+// Throws std::invalid_argument naming the bad token and the grammar.
+std::unique_ptr<Model> make_conv_model(const std::string& spec, std::size_t input_dim, std::size_t output_dim,
+                                       std::shared_ptr<Backend> backend = nullptr);
+
+// Accumulates an evaluation over chunks of a model's outputs (n rows of C), in row order:
+// softmax cross-entropy in double from the logits and argmax accuracy, or squared error.
+struct OutputScore {
+  double loss_sum = 0;
+  std::size_t correct = 0;
+  // `out` holds the outputs of rows first_row .. first_row+n-1 of `d`.
+  void add(const float* out, std::size_t n, std::size_t first_row, const Dataset& d, LossKind loss,
+           std::size_t C);
+  EvalResult result(const Dataset& d, LossKind loss) const;
+};
 
 }  // namespace rumor
 

@@ -11,6 +11,7 @@ namespace rumor {
 const char* loop_phase_name(LoopPhase p) {
   switch (p) {
     case LoopPhase::Idle: return "idle";
+    case LoopPhase::Joining: return "joining";
     case LoopPhase::MinPeers: return "min_peers";
     case LoopPhase::State: return "state";
     case LoopPhase::Training: return "training";
@@ -56,7 +57,8 @@ void PeerLoop::enter(LoopPhase p) {
 void PeerLoop::start(const std::vector<PeerId>& seeds) {
   RUMOR_CHECK(phase_ == LoopPhase::Idle, "start() once");
   gossip_.start(seeds);
-  enter(s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);
+  const bool deadline = std::isfinite(s_.gossip.join_timeout_s);
+  enter(deadline && gossip_.joining() ? LoopPhase::Joining : s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);
 }
 
 void PeerLoop::request_stop() { stop_requested_ = true; }
@@ -93,6 +95,22 @@ LoopAction PeerLoop::next() {
     case LoopPhase::Idle:
       RUMOR_CHECK(false, "PeerLoop::next() before start()");
       break;
+    case LoopPhase::Joining:
+      if (gossip_.join_failed()) {
+        emit(ProtocolEvent::Kind::JoinFailed, 0, 0, now - phase_start_, 0, gossip_.join_failure());
+        exit_code_ = 1;
+        enter(LoopPhase::Exited);  // nothing trained, nothing to hand over
+        return next();
+      }
+      if (stop_requested_) {
+        enter(LoopPhase::Exited);
+        return next();
+      }
+      // Gossip's own deadline timer ends the wait (an input): `until` is only a backstop.
+      if (gossip_.joining()) return wait_until(phase_start_ + s_.gossip.join_timeout_s + 1.0);
+      if (gossip_.founded()) emit(ProtocolEvent::Kind::Founded, 0, 0, s_.gossip.join_timeout_s, 0, "");
+      enter(s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);
+      return next();
     case LoopPhase::MinPeers: {
       const std::size_t have = gossip_.view().live_count() + 1;
       const bool timed_out = now - phase_start_ >= s_.min_peers_timeout_s - 1e-12;
@@ -236,9 +254,10 @@ LoopAction PeerLoop::begin_leave() {
   return next();
 }
 
-// One pass of settling: on_idle once a tick has passed, then the end tests: time up, nobody
-// left, or settled (no live peer behind our clock, and kSettledClose exchanges in a row with
-// (numerically) the same model, or kSettledInitiated started since settling began).
+// One pass of settling: on_idle once a tick has passed, then the end tests: time up (settle_s,
+// or settle_max_s while a live peer is behind our clock), nobody left, or settled (no live peer
+// behind our clock, and kSettledClose exchanges in a row with (numerically) the same model, or
+// kSettledInitiated started since settling began).
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
   idle_if_due(settle_tick_);
@@ -246,17 +265,19 @@ LoopAction PeerLoop::settle_next() {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
   }
-  const bool settled = gossip_.slowest_clock() >= model_.steps() &&
-                       (settle_close_ >= LoopSettings::kSettledClose ||
-                        gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
-  if (now - phase_start_ >= s_.settle_s - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
+  const bool others_training = gossip_.slowest_clock() < model_.steps();
+  const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
+                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
+  const double elapsed = now - phase_start_;
+  const double cap = others_training ? std::max(s_.settle_s, s_.settle_max_s) : s_.settle_s;
+  if (elapsed >= cap - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, "");
     if (stop_requested_) return begin_leave();
     enter(LoopPhase::Final);
     return next();
   }
-  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + s_.settle_s));
+  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + cap));
 }
 
 }  // namespace rumor

@@ -19,10 +19,13 @@
 //     first; after Evaluate: nothing to report);
 //  3. call request_stop() for a graceful leave (SIGTERM, a churn event, close()).
 //
-// Phases, in order (each can be skipped): MinPeers (wait until `min_peers` are in view) ->
+// Phases, in order (each can be skipped): Joining (only with a finite join_timeout_s: until a
+// member of the join list answers; none by the deadline: exit 1, unless we are in our own join
+// list, then we start the swarm) -> MinPeers (wait until `min_peers` are in view) ->
 // State (a joiner waits for the swarm's model: at most `state_wait_s`) -> Training (first
 // evaluation; then {staleness wait; step} until a stop rule) -> Settling (no training; keep
-// exchanging at training's pace until the models agree: at most `settle_s`) -> Leaving
+// exchanging at training's pace until the models agree: at most `settle_s`, or `settle_max_s`
+// while a member is still training) -> Leaving
 // (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> final evaluation -> Exit.
 #pragma once
 #include <cmath>
@@ -56,7 +59,12 @@ struct LoopSettings {
   double min_peers_timeout_s = 120;  // ... then train anyway
   double state_wait_s = 60;      // a joiner without the swarm's model by then trains from its own
   double leave_wait_s = 4;       // a leaving peer exits by then even without a LeaveAck
-  double settle_s = 3;           // after training, keep averaging (no training) up to this long
+  // After training, keep averaging (no training) up to settle_s; but while a live member is
+  // still behind our clock (still training: a slower machine, or one that shares its cores)
+  // keep going up to settle_max_s, so that the last peer to finish still has someone to average
+  // with instead of ending with the model it trained alone at the end.
+  double settle_s = 3;
+  double settle_max_s = 60;
   // Fills what is derived: probe_timeout_s NaN -> min(0.25, probe_interval_s / 2).
   LoopSettings resolved() const;
 
@@ -82,7 +90,7 @@ struct LoopAction {
   int exit_code = 0;
 };
 
-enum class LoopPhase { Idle, MinPeers, State, Training, Settling, Leaving, Final, Exited };
+enum class LoopPhase { Idle, Joining, MinPeers, State, Training, Settling, Leaving, Final, Exited };
 const char* loop_phase_name(LoopPhase p);
 
 // What the loop measured, for progress lines and metrics.

@@ -40,13 +40,14 @@ def main():
         done = next((r for r in rows if r.get("event") == "done"), None)
         peers.append((name, rows, evals, done))
 
-    print(f"{'peer':<8}{'test_acc':>10}{'steps':>8}{'MB sent':>10}{'MB recv':>10}{'exchanges':>11}{'failed':>8}{'samples/s':>11}{'wall s':>8}")
+    print(f"{'peer':<8}{'test_acc':>10}{'steps':>8}{'MB sent':>10}{'MB recv':>10}{'exchanges':>11}{'declined':>10}{'failed':>8}{'samples/s':>11}{'wall s':>8}")
     for name, rows, evals, done in peers:
         last = done or (evals[-1] if evals else {})
         ex = (evals[-1].get("exchanges") if evals else 0) or 0
         failed = sum(1 for r in rows if r.get("event") == "exchange_failed")
+        declined = sum(1 for r in rows if r.get("event") == "exchange_declined")  # normal: crossing requests
         print(f"{name:<8}{last.get('test_acc', float('nan')):>10.4f}{last.get('steps', last.get('step', 0)):>8}"
-              f"{last.get('bytes_sent', 0) / 1e6:>10.1f}{last.get('bytes_recv', 0) / 1e6:>10.1f}{ex:>11}{failed:>8}"
+              f"{last.get('bytes_sent', 0) / 1e6:>10.1f}{last.get('bytes_recv', 0) / 1e6:>10.1f}{ex:>11}{declined:>10}{failed:>8}"
               f"{last.get('samples_per_s', 0):>11.0f}{last.get('wall_s', last.get('t', 0)):>8.1f}")
         if not done:
             print(f"  ({name} has no 'done' line: it did not finish)")

@@ -6,6 +6,11 @@
 // - Everything else: one small grid-stride kernel per operation (bias + ReLU, ReLU backward,
 //   softmax cross-entropy and squared error with one thread per row, gathers, SGD and Adam
 //   updates, mixing).
+// - Convolutions and pooling (NHWC): im2col with one thread per patch entry; col2im as a
+//   gather, one thread per input value summing the patch entries that read it (no atomics),
+//   in the order the CPU adds them (output pixels in image order); max pooling with one
+//   thread per output value (the first maximum wins, as on the CPU) and its backward with one
+//   thread per input value (tiles do not overlap, so each input has at most one source).
 // - One non-blocking stream; every call is queued on it. Only download(), synchronize() and
 //   the losses (which return a value) wait. The per-row losses come back in pinned memory and
 //   are summed on the host in double, in row order, as the CPU does.
@@ -109,6 +114,80 @@ __global__ void gather_rows_k(const float* src, const std::int32_t* idx, std::si
 __global__ void gather_labels_k(const std::int32_t* src, const std::int32_t* idx, std::size_t rows,
                                 std::int32_t* dst) {
   GRID_STRIDE(i, rows) dst[i] = src[idx[i]];
+}
+
+__global__ void im2col_k(const float* x, std::size_t batch, ConvShape s, std::size_t OH, std::size_t OW, float* col) {
+  const std::size_t P = s.kernel * s.kernel * s.in_c;
+  GRID_STRIDE(i, batch * OH * OW * P) {
+    const std::size_t row = i / P, j = i % P;
+    const std::size_t c = j % s.in_c, kw = (j / s.in_c) % s.kernel, kh = j / (s.in_c * s.kernel);
+    const std::size_t ow = row % OW, oh = (row / OW) % OH, b = row / (OW * OH);
+    const long long ih = static_cast<long long>(oh * s.stride + kh) - static_cast<long long>(s.pad);
+    const long long iw = static_cast<long long>(ow * s.stride + kw) - static_cast<long long>(s.pad);
+    col[i] = (ih < 0 || iw < 0 || ih >= static_cast<long long>(s.in_h) || iw >= static_cast<long long>(s.in_w))
+                 ? 0.0f
+                 : x[((b * s.in_h + static_cast<std::size_t>(ih)) * s.in_w + static_cast<std::size_t>(iw)) * s.in_c + c];
+  }
+}
+
+__global__ void col2im_k(const float* col, std::size_t batch, ConvShape s, std::size_t OH, std::size_t OW, float* x) {
+  const std::size_t K = s.kernel, C = s.in_c, P = K * K * C;
+  GRID_STRIDE(i, batch * s.in_h * s.in_w * C) {
+    const std::size_t c = i % C, iw = (i / C) % s.in_w, ih = (i / (C * s.in_w)) % s.in_h, b = i / (C * s.in_w * s.in_h);
+    float sum = 0.0f;
+    // Output pixels in image order = kernel taps in reverse: the CPU's order of additions.
+    for (std::size_t kh1 = K; kh1-- > 0;) {
+      const long long th = static_cast<long long>(ih + s.pad) - static_cast<long long>(kh1);
+      if (th < 0 || th % static_cast<long long>(s.stride)) continue;
+      const std::size_t oh = static_cast<std::size_t>(th) / s.stride;
+      if (oh >= OH) continue;
+      for (std::size_t kw1 = K; kw1-- > 0;) {
+        const long long tw = static_cast<long long>(iw + s.pad) - static_cast<long long>(kw1);
+        if (tw < 0 || tw % static_cast<long long>(s.stride)) continue;
+        const std::size_t ow = static_cast<std::size_t>(tw) / s.stride;
+        if (ow >= OW) continue;
+        sum += col[((b * OH + oh) * OW + ow) * P + (kh1 * K + kw1) * C + c];
+      }
+    }
+    x[i] = sum;
+  }
+}
+
+__global__ void maxpool_forward_k(const float* x, std::size_t batch, PoolShape s, std::size_t OH, std::size_t OW,
+                                  float* y, std::int32_t* argmax) {
+  const std::size_t K = s.window, C = s.c;
+  GRID_STRIDE(i, batch * OH * OW * C) {
+    const std::size_t c = i % C, ow = (i / C) % OW, oh = (i / (C * OW)) % OH, b = i / (C * OW * OH);
+    const float* img = x + b * s.in_h * s.in_w * C;
+    std::size_t best_at = ((oh * K) * s.in_w + ow * K) * C + c;
+    float best = img[best_at];
+    for (std::size_t kh = 0; kh < K; ++kh)
+      for (std::size_t kw = 0; kw < K; ++kw) {
+        const std::size_t at = ((oh * K + kh) * s.in_w + ow * K + kw) * C + c;
+        if (img[at] > best) {
+          best = img[at];
+          best_at = at;
+        }
+      }
+    y[i] = best;
+    argmax[i] = static_cast<std::int32_t>(best_at);
+  }
+}
+
+__global__ void maxpool_backward_k(const float* dy, const std::int32_t* argmax, std::size_t batch, PoolShape s,
+                                   std::size_t OH, std::size_t OW, float* dx) {
+  const std::size_t K = s.window, C = s.c, in = s.in_h * s.in_w * C;
+  GRID_STRIDE(i, batch * in) {
+    const std::size_t local = i % in, b = i / in;
+    const std::size_t c = local % C, iw = (local / C) % s.in_w, ih = local / (C * s.in_w);
+    const std::size_t oh = ih / K, ow = iw / K;
+    float v = 0.0f;
+    if (oh < OH && ow < OW) {
+      const std::size_t o = ((b * OH + oh) * OW + ow) * C + c;
+      if (static_cast<std::size_t>(argmax[o]) == local) v = dy[o];
+    }
+    dx[i] = v;
+  }
 }
 
 __global__ void sgd_k(float* p, const float* g, float* v, std::size_t n, SgdUpdate u) {
@@ -282,6 +361,32 @@ class CudaBackend final : public Backend {
                      std::int32_t* dst) override {
     use();
     gather_labels_k<<<blocks_for(rows), kThreads, 0, stream_>>>(src, idx, rows, dst);
+    launched();
+  }
+  void im2col(const float* x, std::size_t batch, const ConvShape& s, float* col) override {
+    use();
+    const std::size_t n = batch * s.out_h() * s.out_w() * s.patch();
+    im2col_k<<<blocks_for(n), kThreads, 0, stream_>>>(x, batch, s, s.out_h(), s.out_w(), col);
+    launched();
+  }
+  void col2im(const float* col, std::size_t batch, const ConvShape& s, float* x) override {
+    use();
+    const std::size_t n = batch * s.in_h * s.in_w * s.in_c;
+    col2im_k<<<blocks_for(n), kThreads, 0, stream_>>>(col, batch, s, s.out_h(), s.out_w(), x);
+    launched();
+  }
+  void maxpool_forward(const float* x, std::size_t batch, const PoolShape& s, float* y,
+                       std::int32_t* argmax) override {
+    use();
+    const std::size_t n = batch * s.out_h() * s.out_w() * s.c;
+    maxpool_forward_k<<<blocks_for(n), kThreads, 0, stream_>>>(x, batch, s, s.out_h(), s.out_w(), y, argmax);
+    launched();
+  }
+  void maxpool_backward(const float* dy, const std::int32_t* argmax, std::size_t batch, const PoolShape& s,
+                        float* dx) override {
+    use();
+    const std::size_t n = batch * s.in_h * s.in_w * s.c;
+    maxpool_backward_k<<<blocks_for(n), kThreads, 0, stream_>>>(dy, argmax, batch, s, s.out_h(), s.out_w(), dx);
     launched();
   }
   void sgd_update(float* p, const float* g, float* v, std::size_t n, const SgdUpdate& u) override {

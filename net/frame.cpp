@@ -13,6 +13,7 @@
 #endif
 
 #include "core/check.hpp"
+#include "core/mix.hpp"
 
 namespace rumor::net {
 
@@ -203,7 +204,8 @@ std::span<std::uint8_t> FrameDecoder::prepare() {
   switch (state_) {
     case State::Fixed: return std::span<std::uint8_t>(fixed_).subspan(filled_);
     case State::Header: return std::span<std::uint8_t>(header_).subspan(filled_);
-    case State::Payload: return std::span<std::uint8_t>(*payload_).subspan(filled_);
+    case State::Payload:
+      return std::span<std::uint8_t>(*payload_).subspan(filled_, std::min(kPayloadStep, payload_->size() - filled_));
     case State::Ready: RUMOR_CHECK(false, "FrameDecoder::prepare() before take()");
     case State::Bad: RUMOR_CHECK(false, "FrameDecoder::prepare() after Bad: " + reason_);
   }
@@ -232,11 +234,19 @@ FrameDecoder::Result FrameDecoder::commit(std::size_t n) {
       filled_ += n;
       if (filled_ < header_.size()) return {};
       return enter_payload_or_finish();
-    case State::Payload:
+    case State::Payload: {
       payload_hasher_.update(std::span<const std::uint8_t>(*payload_).subspan(filled_, n));
       filled_ += n;
+      // The whole float32 words landed so far, while they are in cache (a word cut by a read
+      // waits for the rest). The buffer is a vector's: aligned for float.
+      const std::size_t words_end = filled_ & ~std::size_t{3};
+      if (payload_finite_ && words_end > finite_checked_)
+        payload_finite_ = all_finite({reinterpret_cast<const float*>(payload_->data() + finite_checked_),
+                                      (words_end - finite_checked_) / 4});
+      finite_checked_ = words_end;
       if (filled_ < payload_->size()) return {};
       return finish();
+    }
     default: break;
   }
   return {};
@@ -265,6 +275,8 @@ FrameDecoder::Result FrameDecoder::parse_fixed() {
   hasher_.reset();
   hasher_.update(write_frame_header(zeroed));
   payload_hasher_.reset();
+  finite_checked_ = 0;
+  payload_finite_ = true;
   header_.assign(fh_.header_len, 0);
   filled_ = 0;
   if (fh_.header_len > 0) {
@@ -302,7 +314,10 @@ Message FrameDecoder::take() {
   m.type = static_cast<MsgType>(fh_.type);
   m.header = std::move(header_);
   m.payload = std::move(payload_);
-  if (m.payload) m.payload_digest = payload_digest_;
+  if (m.payload) {
+    m.payload_digest = payload_digest_;
+    if (m.payload->size() % 4 == 0) m.payload_finite = payload_finite_;
+  }
   header_ = Bytes{};
   payload_.reset();
   state_ = State::Fixed;

@@ -44,13 +44,13 @@ struct FrameHeader {
 std::array<std::uint8_t, kFrameHeaderSize> write_frame_header(const FrameHeader& h);
 FrameHeader read_frame_header(std::span<const std::uint8_t, kFrameHeaderSize> bytes);
 
-// The streaming 64-bit hash of the checksum (core/hash.hpp; docs/wire.md). Feeding the same
-// bytes in any chunking gives the same digest. It is not a MAC: it catches corruption and bugs,
-// not attackers.
+// The streaming 64-bit hash of the checksum, XXH3-64 (core/hash.hpp; docs/wire.md). Feeding
+// the same bytes in any chunking gives the same digest. It is not a MAC: it catches corruption
+// and bugs, not attackers.
 using FrameHasher = rumor::Hasher64;
 using rumor::hash64;
 
-// The frame checksum (protocol version 2): the hash of the fixed header with its checksum field
+// The frame checksum (protocol version 3): the hash of the fixed header with its checksum field
 // zeroed, then the header bytes, then the 8 bytes (little-endian) of hash64(payload). The
 // payload is covered through its own digest, so a sender that hashed its payload while making
 // it (Message::payload_digest) need not read it again, and a receiver hashes it as it lands.
@@ -118,11 +118,15 @@ class FrameDecoder {
   const FrameLimits& limits() const { return limits_; }
 
   // Where the next incoming bytes go: the rest of the fixed header, then of the header buffer,
-  // then of the payload buffer. Never spans two frames, so a caller reading into it never reads
-  // past the current frame. Not to be called while a message waits for take() or after Bad.
+  // then of the payload buffer, at most kPayloadStep bytes of it at a time (so that the chunk a
+  // read lands is still in cache when commit() hashes and checks it). Never spans two frames,
+  // so a caller reading into it never reads past the current frame. Not to be called while a
+  // message waits for take() or after Bad.
   std::span<std::uint8_t> prepare();
   // Records that `n` bytes (at most prepare().size()) were written into the prepared span.
-  // Good: a whole, checksummed frame is ready for take(). Bad is final.
+  // Payload bytes are hashed and checked for non-finite float32 words here, in one visit
+  // (Message::payload_digest, Message::payload_finite). Good: a whole, checksummed frame is
+  // ready for take(). Bad is final.
   Result commit(std::size_t n);
   // The decoded message; the decoder then waits for the next frame.
   Message take();
@@ -143,6 +147,7 @@ class FrameDecoder {
   std::uint64_t frame_bytes_expected() const;
 
  private:
+  static constexpr std::size_t kPayloadStep = 256u << 10;
   enum class State { Fixed, Header, Payload, Ready, Bad };
   Result fail(std::string reason);
   Result parse_fixed();
@@ -160,6 +165,8 @@ class FrameDecoder {
   FrameHasher hasher_;          // fixed header (checksum zeroed) + header section
   FrameHasher payload_hasher_;  // the payload, as it lands
   std::uint64_t payload_digest_ = 0;
+  std::size_t finite_checked_ = 0;  // payload bytes (whole float32 words) checked so far
+  bool payload_finite_ = true;
   Bytes header_;
   std::shared_ptr<Bytes> payload_;
 };

@@ -30,7 +30,7 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_data)->capture_default_str();
 
   auto* g_model = "Model and optimizer";
-  app.add_option("--model", c.model, "mlp:W1[,W2...] (ReLU hidden layers), logreg or linreg")
+  app.add_option("--model", c.model, "mlp:W1[,W2...] (ReLU hidden layers), logreg, linreg, or cnn:[iHxWxC,]TOKEN,... with TOKEN cNkK[sS][pP] (N KxK filters, stride S, padding P, ReLU), pK (KxK max pool) or fN (dense ReLU layer), e.g. cnn:c32k5,p2,c64k5,p2,f1024; input HxWxC defaults to a square single-channel image")
       ->group(g_model)->capture_default_str();
   app.add_option("--optimizer", c.optimizer.kind, "adam, adamw or sgd")
       ->group(g_model)->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str();
@@ -65,6 +65,10 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_net)->capture_default_str();
   app.add_option("--join", c.join, "Any live members to join through, HOST:PORT[,HOST:PORT...] (none: start a new swarm)")
       ->group(g_net)->delimiter(',');
+  app.add_option("--join-timeout", c.join_timeout_s,
+                 "Keep retrying the --join list (every second) this long for a member to answer, then exit 1; "
+                 "a peer listed in its own --join list starts the swarm instead (cluster peers start in any order)")
+      ->group(g_net)->check(CLI::Range(0.01, 1e9))->capture_default_str();
   app.add_option("--local-steps", c.local_steps, "Exchange parameters every H local steps")
       ->group(g_net)->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))->capture_default_str();
   app.add_option("--mix-weight", c.mix_weight, "Averaging weights: uniform, or samples (by samples processed)")
@@ -79,6 +83,10 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "After training, keep averaging with neighbours (no training) for up to SEC seconds, so the "
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_option("--settle-max", c.settle_max_s,
+                 "While a peer in the view is still training (behind our step count), settle up to SEC seconds, so "
+                 "the last to finish still has neighbours to average with (at least --settle)")
+      ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
 
   app.add_option("--probe-interval", c.probe_interval_s,
                  "SWIM failure detector period: a silent peer is probed, then suspected, then dead after --suspect-timeout")

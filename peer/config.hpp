@@ -29,6 +29,7 @@ struct Config {
   // Network and gossip
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> join;     // HOST:PORT of any live members
+  double join_timeout_s = 120;       // keep retrying --join this long, then exit 1 (peers start in any order)
   std::uint64_t local_steps = 1;     // H
   std::string mix_weight = "uniform";
   double exchange_timeout_s = 5.0;
@@ -54,6 +55,7 @@ struct Config {
   double checkpoint_every_s = 30;
   bool resume = false;
   double settle_s = 3.0;             // after training: keep averaging (no training) up to this long
+  double settle_max_s = 60;          // ... and up to this long while a live peer is still training
   double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
   std::string codec = "none";
   double throttle = 1.0;             // run this many times slower

@@ -22,7 +22,7 @@
 #include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/checkpoint.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 #include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
 #ifdef RUMOR_HAVE_CUDA
@@ -143,6 +143,7 @@ int Daemon::run() {
   gc.suspect_after_failures = cfg_.suspect_after;
   gc.suspect_timeout_s = cfg_.suspect_timeout_s;
   gc.join_retry_s = cfg_.join_retry_s;
+  gc.join_timeout_s = cfg_.join_timeout_s;
   gc.digest_limit = cfg_.digest_limit;
   gc.probe_interval_s = cfg_.probe_interval_s;
   gc.probe_timeout_s = cfg_.probe_timeout_s;  // NaN (the default): derived, LoopSettings::resolved()
@@ -163,6 +164,7 @@ int Daemon::run() {
   ls.state_wait_s = cfg_.state_wait_s;
   ls.leave_wait_s = cfg_.leave_wait_s;
   ls.settle_s = cfg_.settle_s;
+  ls.settle_max_s = cfg_.settle_max_s;
   RuntimeOptions ro;
   ro.listen = cfg_.listen;
   ro.join = cfg_.join;
@@ -311,6 +313,10 @@ int Daemon::run() {
     }
   }
   const LoopStats& st = loop.stats();
+  if (st.training_started < 0) {  // never trained: the join failed, or a stop came first
+    rt.close(1.0);
+    return rc;
+  }
   const double t_start = std::max(st.training_started, 0.0), t_end = st.training_ended >= 0 ? st.training_ended : rt.now();
   const net::TransportStats ts = rt.transport_stats();
   const double sps = st.train_seconds > 0 ? static_cast<double>(trainer.samples()) / st.train_seconds : 0.0;

@@ -100,6 +100,14 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
       log_.debug("waited {:.3f} s at clock {}: slowest live peer was at {}", e.seconds, e.clock, e.other);
       metrics_.write("wait", {{"clock", e.clock}, {"slowest", e.other}, {"seconds", e.seconds}});
       break;
+    case K::JoinFailed:
+      log_.error("{}; are the peers up? raise --join-timeout", e.reason);
+      metrics_.write("join_failed", {{"reason", e.reason}});
+      break;
+    case K::Founded:
+      log_.info("no other member of the join list answered within {:g} s: this peer starts the swarm", e.seconds);
+      metrics_.write("founded", {{"seconds", e.seconds}});
+      break;
     case K::PeersInView:
       if (e.reason.empty())
         log_.info("{} peers in view after {:.1f} s: training", e.other, e.seconds);

@@ -26,7 +26,7 @@
 #include "core/protocol_messages.hpp"
 #include "core/trainer.hpp"
 #include "net/frame.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 
 namespace rumor::sim {
 

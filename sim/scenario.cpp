@@ -82,7 +82,7 @@ const std::set<std::string> kListKeys = {"network.link", "network.partition", "c
 const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
                                           "exchange_cpu", "eval_time", "start"};
 const std::map<std::string, std::set<std::string>> kKeys = {
-    {"run", {"seed", "duration", "peers", "settle"}},
+    {"run", {"seed", "duration", "peers", "settle", "settle_max"}},
     {"algorithm", {"kind", "combine", "weights", "degree", "outer_lr", "outer_momentum", "nesterov", "staleness",
                    "server_bandwidth", "header_bytes"}},
     {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
@@ -377,6 +377,7 @@ class Builder {
     get("run.seed", s.seed);
     dur("run.duration", s.duration);
     dur("run.settle", s.settle);
+    dur("run.settle_max", s.settle_max);
   }
 
   void algorithm(Scenario& s) {

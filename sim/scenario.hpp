@@ -126,6 +126,7 @@ struct Scenario {
   std::uint64_t seed = 1;
   double duration = 0;         // hard end of virtual time; 0 = when every peer is done
   double settle = 3.0;         // like rumor-peer --settle (its default)
+  double settle_max = 60;      // like rumor-peer --settle-max: while a peer is still training
   // [workload]
   WorkloadKind workload = WorkloadKind::Model;
   bool training = true;        // false: pure averaging (peers tick, parameters never trained)

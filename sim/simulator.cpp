@@ -70,6 +70,7 @@ LoopSettings loop_settings(const Scenario& s) {
   ls.state_wait_s = s.state_wait;
   ls.leave_wait_s = s.leave_wait;
   ls.settle_s = s.settle;
+  ls.settle_max_s = s.settle_max;
   return ls;
 }
 
@@ -106,7 +107,7 @@ struct Input {
 
 struct Slot {
   Message msg;
-  std::uint32_t from = 0, from_life = 0, to_life = 0;
+  std::uint32_t from = 0, to = 0, from_life = 0, to_life = 0;
   std::uint64_t bytes = 0;
 };
 
@@ -680,6 +681,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   Slot sl;
   sl.msg = std::move(msg);
   sl.from = from;
+  sl.to = ti;
   sl.from_life = f.life;
   sl.to_life = t.life;
   sl.bytes = bytes;
@@ -712,7 +714,7 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
   switch (e.kind) {
     case K::ExchangeDone:
       if (e.reason == "initiator") ++totals.exchanges; else ++totals.answered;
-      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, format("%s rtt=%.6f", e.reason.c_str(), e.seconds));
+      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, format("%s rtt=%.6f peer_clock=%llu", e.reason.c_str(), e.seconds, static_cast<unsigned long long>(e.other)));
       break;
     case K::ExchangeFailed:
       ++totals.failed;
@@ -737,6 +739,8 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
     case K::StateReceived: log(p, "state_received", e.peer, e.other, 0, e.reason); break;
     case K::StateFailed: log(p, "state_failed", e.peer, e.clock, 0, e.reason); break;
     case K::Handover: log(p, "handover", e.peer, e.other, e.distance, e.reason); break;
+    case K::JoinFailed: log(p, "join_failed", "", e.clock, e.seconds, e.reason); break;
+    case K::Founded: log(p, "founded", "", e.clock, e.seconds, ""); break;
     case K::PeersInView: log(p, "peers_in_view", "", e.clock, static_cast<double>(e.other), e.reason); break;
     case K::Training:
       if (!e.reason.empty()) log(p, "state_wait_over", "", e.clock, e.seconds, "no model from the swarm (" + e.reason + "): training from our own initialisation");
@@ -993,6 +997,17 @@ bool Simulation::step() {
   }
 }
 
+void Simulation::for_each_message_in_flight(
+    const std::function<void(const PeerId& from, const PeerId& to, const Message&)>& f) const {
+  std::vector<bool> free(impl_->slots.size(), false);
+  for (auto i : impl_->free_slots) free[i] = true;
+  for (std::size_t i = 0; i < impl_->slots.size(); ++i)
+    if (!free[i]) f(impl_->peers[impl_->slots[i].from].id, impl_->peers[impl_->slots[i].to].id, impl_->slots[i].msg);
+}
+
+std::size_t Simulation::events_size() const { return impl_->events.size(); }
+std::string Simulation::events_since(std::size_t offset) const { return impl_->events.substr(std::min(offset, impl_->events.size())); }
+
 void Simulation::set_after_event(std::function<void(const Simulation&)> hook) { impl_->after_event = std::move(hook); }
 Simulation::~Simulation() = default;
 
@@ -1011,6 +1026,7 @@ std::span<const float> Simulation::params(std::uint32_t peer) const {
   return p.model ? std::span<const float>(p.model->params()) : std::span<const float>();
 }
 const Gossip* Simulation::gossip(std::uint32_t peer) const { return impl_->peers.at(peer).gossip(); }
+const PeerLoop* Simulation::loop(std::uint32_t peer) const { return impl_->peers.at(peer).loop.get(); }
 std::uint64_t Simulation::steps(std::uint32_t peer) const { return impl_->peer_steps(impl_->peers.at(peer)); }
 const std::vector<Sample>& Simulation::samples() const { return impl_->samples; }
 const Totals& Simulation::totals() const { return impl_->totals; }

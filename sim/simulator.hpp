@@ -1,14 +1,11 @@
 // The discrete-event simulator: many peers running core's real Gossip protocol and Trainer
 // behind a simulated Env (virtual time), in one thread.
 //
-// What a peer does mirrors rumor-peer's compute loop (peer/daemon.cpp) so a study predicts a
-// real run:
-//   load (class `start` s) -> Gossip::start(seeds) -> [wait for the swarm's model] -> [eval] ->
-//   repeat until a stop rule: { drain; [staleness wait]; compute_gradient; drain;
-//                               apply_gradient; on_step_done; [eval every epoch / N steps] }
-//   -> drain -> settle (no training; on_idle at the training cadence, until `settle` s, no
-//      live peer, or settled) -> [final eval] -> Gossip::leave(false) -> exit (from then on,
-//      connections to it are refused).
+// What a peer does is rumor-peer's loop itself: core's PeerLoop (core/peer_loop.hpp), driven
+// here with virtual time, so a study predicts a real run:
+//   load (class `start` s) -> PeerLoop::start(seeds) -> then whatever it says: Step (its math
+//   at the mid-step boundary, inputs held to its end), Wait (inputs handled as they come; one
+//   event at `until`), Evaluate (holds the peer eval_time), Exit.
 // "drain" hands the inputs queued during the step (messages, timers, send failures) to Gossip
 // in arrival order. A peer that is not in a step (settling; training off) handles inputs as
 // they arrive. Gossip is therefore only ever called between steps, as its contract requires.
@@ -32,6 +29,7 @@
 #include <vector>
 
 #include "core/gossip.hpp"
+#include "core/peer_loop.hpp"
 #include "core/model.hpp"
 #include "sim/scenario.hpp"
 
@@ -115,11 +113,18 @@ class Simulation {
   PeerState state(std::uint32_t peer) const;
   std::span<const float> params(std::uint32_t peer) const;  // empty if it has no model
   const Gossip* gossip(std::uint32_t peer) const;            // null unless running
+  const PeerLoop* loop(std::uint32_t peer) const;            // null unless running
   std::uint64_t steps(std::uint32_t peer) const;
   // Mean parameters (in double) over the peers a sample would use; their count in `n`.
   std::vector<double> mean_params(std::size_t* n = nullptr) const;
   Sample sample_now();  // computed now (not recorded)
   const std::vector<Sample>& samples() const;
+  // Every message sent and not yet handled (on the wire, or queued at a busy receiver), with
+  // its sender and receiver: invariant checks account for exchanges half applied.
+  void for_each_message_in_flight(const std::function<void(const PeerId& from, const PeerId& to, const Message&)>& f) const;
+  // events.csv grows as the run goes: its length now, and the rows written from `offset` on.
+  std::size_t events_size() const;
+  std::string events_since(std::size_t offset) const;
   const Totals& totals() const;
   // The noisy quadratic's closed form for n peers (docs/sim.md, check 2); 0 for other kinds.
   double quadratic_stationary_loss(std::uint32_t n) const;

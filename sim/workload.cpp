@@ -7,7 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/trainer.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 #include "sim/streams.hpp"
 
 namespace rumor::sim {

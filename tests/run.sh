@@ -59,7 +59,7 @@ if [ "$sanitize" != 0 ]; then
   (cd "$asan" && ctest --output-on-failure -j "${RUMOR_TEST_JOBS:-2}" --timeout 600 -L '^test_(core|net)$')
   if [ "$sanitize" = full ]; then
     # The peer tests that measure accuracy or timing are too slow under ASan to mean anything.
-    (cd "$asan" && ctest --output-on-failure --timeout 600 -L '^test_peer$' -R '^(trust|tls|robust|swarm: pure|swarm: a peer killed)')
+    (cd "$asan" && ctest --output-on-failure --timeout 600 -L '^test_peer$' -R '^(trust|tls|robust|two worlds: pure|swarm: a peer killed)')
   fi
   unset ASAN_OPTIONS UBSAN_OPTIONS
 fi

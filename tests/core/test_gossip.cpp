@@ -3,6 +3,8 @@
 // parameter sum is conserved by every exchange.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "cluster.hpp"
@@ -345,4 +347,90 @@ TEST_CASE("gossip: a streamed payload with NaN is rejected after the reply: nobo
   b.on_message("x", make_message(MsgType::ExchangeAccept, h, nullptr));
   CHECK(pb == std::vector<float>{5, 6, 7});
   CHECK(b.stats().rejected == 1);
+}
+
+namespace {
+// CaptureEnv that also keeps the timers, so a test can fire the deadlines.
+struct TimerEnv final : Env {
+  std::vector<std::pair<PeerId, Message>> sent;
+  std::vector<std::uint64_t> timers;
+  Rng r{1};
+  double now() const override { return 0; }
+  void send(const PeerId& to, Message m) override { sent.emplace_back(to, std::move(m)); }
+  void set_timer(double, std::uint64_t id) override { timers.push_back(id); }
+  void disconnect(const PeerId&) override {}
+  Rng& rng() override { return r; }
+  void event(const ProtocolEvent&) override {}
+};
+}  // namespace
+
+TEST_CASE("gossip: x_s bad only in its last chunk leaves both sides unmixed (NaN, Inf, or corrupted on the wire)") {
+  // 1.2 MB of parameters: the last value is what goes wrong, after everything else (and the
+  // reply) went through. "corrupt": the transport refused the frame on its checksum, so B never
+  // gets x_s; "nan_net": B's transport flagged it while receiving (Message::payload_finite);
+  // "nan"/"inf": the flag is unset and the protocol checks the values itself.
+  const std::size_t n = 300'000;
+  for (const std::string how : {"corrupt", "nan_net", "nan", "inf"}) {
+    INFO(how);
+    TimerEnv ea, eb;
+    GossipConfig cfg;
+    cfg.fetch_state = false;
+    std::vector<float> pa(n), pb(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      pa[i] = 0.001f * static_cast<float>(i % 997);
+      pb[i] = 1.0f - 0.002f * static_cast<float>(i % 991);
+    }
+    const std::vector<float> pa0 = pa, pb0 = pb;
+    Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    a.start({});
+    b.start({});
+    a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+    ea.sent.clear();
+    ea.timers.clear();
+    a.on_step_done(1, 10);
+    REQUIRE(ea.sent.size() == 2);
+    REQUIRE(ea.sent[1].second.type == MsgType::ExchangePayload);
+    b.on_message("a", ea.sent[0].second);  // the header: B replies with y_s at once
+    REQUIRE(eb.sent.size() == 1);
+    REQUIRE(eb.sent[0].second.type == MsgType::ExchangeReply);
+    a.on_message("b", eb.sent[0].second);  // the reply arrives whole and good: A holds it
+    if (how != "corrupt") {
+      Message x = ea.sent[1].second;
+      auto bad = std::make_shared<Bytes>(*x.payload);
+      const float v = how == "inf" ? INFINITY : NAN;
+      std::memcpy(bad->data() + bad->size() - sizeof(float), &v, sizeof(float));
+      x.payload = bad;
+      x.payload_digest = hash64(*bad);
+      if (how == "nan_net") x.payload_finite = false;
+      b.on_message("a", x);
+      CHECK(b.stats().rejected == 1);
+    }
+    CHECK(eb.sent.size() == 1);  // no ExchangeAccept
+    // The deadlines pass on both sides.
+    for (std::uint64_t t : eb.timers) b.on_timer(t);
+    for (std::uint64_t t : ea.timers) a.on_timer(t);
+    CHECK(pa == pa0);
+    CHECK(pb == pb0);
+    CHECK(a.stats().exchanges == 0);
+    CHECK(a.stats().failed == 1);
+    CHECK(b.stats().answered == 0);
+    CHECK(a.exchanges_in_flight() == 0);
+    // The same exchange with a good x_s mixes on both sides and conserves the sum.
+    a.on_message("b", make_message(MsgType::Ping, PingMsg{2, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));  // not skipped now
+    ea.sent.clear();
+    eb.sent.clear();
+    a.on_step_done(2, 20);
+    REQUIRE(ea.sent.size() == 2);
+    b.on_message("a", ea.sent[0].second);
+    REQUIRE(!eb.sent.empty());
+    a.on_message("b", eb.sent.back().second);
+    b.on_message("a", ea.sent[1].second);
+    REQUIRE(eb.sent.back().second.type == MsgType::ExchangeAccept);
+    a.on_message("b", eb.sent.back().second);
+    CHECK(a.stats().exchanges == 1);
+    CHECK(pa != pa0);
+    for (std::size_t i : {std::size_t{0}, n / 2, n - 1})
+      CHECK(double(pa[i]) + double(pb[i]) == doctest::Approx(double(pa0[i]) + double(pb0[i])).epsilon(1e-6));
+  }
 }

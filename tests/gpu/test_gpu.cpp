@@ -5,7 +5,9 @@
 // Tolerances. Products are FP32 on both sides in different summation orders, so results agree
 // to rounding, not bit for bit: forward losses within 1e-5 relative, gradients and one
 // optimizer step within 1e-4 relative in the max norm (max |gpu - cpu| / max |cpu|). Mixing is
-// exact (memcmp).
+// exact (memcmp), and so are im2col, col2im (the same additions in the same order) and max
+// pooling forward and backward. A CNN's loss agrees within 1e-5 relative and its gradient
+// within 1e-3 relative in the max norm (deeper chains of FP32 products in other orders).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -216,6 +218,84 @@ TEST_CASE("gpu: a Trainer on the GPU follows the CPU Trainer on the same seed an
     t->params_written();
   }
   CHECK(std::abs(cpu.evaluate(task.test).loss - dev.evaluate(task.test).loss) <= 1e-3 * cpu.evaluate(task.test).loss);
+}
+
+TEST_CASE("gpu: im2col, col2im and max pooling match the Eigen backend exactly") {
+  auto be = gpu_or_skip();
+  if (!be) return;
+  CpuBackend cpu;
+  Rng rng(13);
+  for (const ConvShape s : {ConvShape{28, 28, 1, 5, 1, 0}, ConvShape{7, 9, 3, 3, 2, 1}, ConvShape{6, 5, 4, 4, 3, 2}}) {
+    const std::size_t B = 3, n = B * s.in_h * s.in_w * s.in_c, m = B * s.out_h() * s.out_w() * s.patch();
+    std::vector<float> x(n), y(m), c1(m), c2(m), x1(n), x2(n);
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+    for (auto& v : y) v = static_cast<float>(rng.normal());
+    Buffer<float> dx(*be, n), dy(*be, m), dcol(*be, m), dback(*be, n);
+    dx.upload(x);
+    dy.upload(y);
+    cpu.im2col(x.data(), B, s, c1.data());
+    be->im2col(dx.data(), B, s, dcol.data());
+    dcol.download(c2);
+    CHECK(c1 == c2);
+    cpu.col2im(y.data(), B, s, x1.data());
+    be->col2im(dy.data(), B, s, dback.data());
+    dback.download(x2);
+    CHECK(x1 == x2);
+  }
+  for (const PoolShape s : {PoolShape{24, 24, 32, 2}, PoolShape{7, 9, 3, 2}, PoolShape{9, 9, 2, 3}}) {
+    const std::size_t B = 3, n = B * s.in_h * s.in_w * s.c, m = B * s.out_h() * s.out_w() * s.c;
+    std::vector<float> x(n), g(m), y1(m), y2(m), dx1(n), dx2(n);
+    std::vector<std::int32_t> a1(m), a2(m);
+    for (auto& v : x) v = static_cast<float>(std::round(rng.normal() * 2));  // ties on purpose
+    for (auto& v : g) v = static_cast<float>(rng.normal());
+    Buffer<float> dx(*be, n), dy(*be, m), dg(*be, m), ddx(*be, n);
+    Buffer<std::int32_t> da(*be, m);
+    dx.upload(x);
+    dg.upload(g);
+    cpu.maxpool_forward(x.data(), B, s, y1.data(), a1.data());
+    be->maxpool_forward(dx.data(), B, s, dy.data(), da.data());
+    dy.download(y2);
+    da.download(a2);
+    CHECK(y1 == y2);
+    CHECK(a1 == a2);
+    cpu.maxpool_backward(g.data(), a1.data(), B, s, dx1.data());
+    be->maxpool_backward(dg.data(), da.data(), B, s, ddx.data());
+    ddx.download(dx2);
+    CHECK(dx1 == dx2);
+  }
+}
+
+TEST_CASE("gpu: forward, gradients and evaluation of CNNs match the Eigen backend") {
+  auto be = gpu_or_skip();
+  if (!be) return;
+  for (const char* spec : {"cnn:c32k5,p2,c64k5,p2,f1024", "cnn:c8k3s2p1,p2,c16k3p1,f32"}) {
+    auto cpu = make_model(spec, 784, 10);
+    auto dev = make_model(spec, 784, 10, be);
+    Rng rng(21);
+    std::vector<float> p(cpu->param_count()), gc(p.size()), gd(p.size());
+    cpu->init(p, rng);
+    for (auto& v : p) v += static_cast<float>(rng.normal(0, 0.01));
+    for (std::size_t rows : {1, 64, 200}) {
+      const Batch b = random_batch(rows, 784, 10, rng);
+      const double lc = cpu->loss_and_grad(p, b.x.data(), rows, b.y.data(), nullptr, gc);
+      const double ld = dev->loss_and_grad(p, b.x.data(), rows, b.y.data(), nullptr, gd);
+      INFO(spec << " rows " << rows << " loss cpu " << lc << " gpu " << ld);
+      CHECK(std::abs(ld - lc) <= 1e-5 * std::abs(lc));
+      const double e = rel_max_diff(gd, gc);
+      INFO("gradient max relative difference " << e);
+      CHECK(e <= 1e-3);
+    }
+    Dataset d;
+    d.rows = 700;
+    d.dim = 784;
+    d.classes = 10;
+    const Batch b = random_batch(d.rows, 784, 10, rng);
+    d.x = b.x;
+    d.labels = b.y;
+    const EvalResult ec = cpu->evaluate(p, d), ed = dev->evaluate(p, d);
+    CHECK(std::abs(ed.loss - ec.loss) <= 1e-5 * std::abs(ec.loss));
+    CHECK(std::abs(ed.accuracy - ec.accuracy) <= 2.0 / 700);
+  }
 }
 
 TEST_CASE("gpu: make_cuda_backend names a missing device index clearly") {

@@ -3,8 +3,11 @@
 // small mutation fuzz. Pure: no sockets.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <random>
 #include <set>
 
@@ -256,7 +259,7 @@ TEST_CASE("frame: each malformed fixed header is Bad with its reason") {
     h.version = 7;
     const auto r = decode_bad(craft(h));
     REQUIRE(r.bad());
-    CHECK(r.reason == "protocol version 7, we speak 2");
+    CHECK(r.reason == "protocol version 7, we speak 3");
   }
   SUBCASE("unknown type 0 and kMaxMsgType + 1") {
     for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t(kMaxMsgType + 1), std::uint16_t{0xFFFF}}) {
@@ -403,6 +406,22 @@ TEST_CASE("frame: hash is chunking-independent and sensitive") {
   CHECK(hash64(data, 1) != hash64(data, 0));
 }
 
+TEST_CASE("frame: the hash is XXH3-64 (known answers from libxxhash.so, xxhsum -H3)") {
+  // Computed with XXH3_64bits / XXH3_64bits_withSeed of the shared library, which is built
+  // apart from the inline code core/hash.cpp compiles.
+  CHECK(hash64({}) == 0x2d06800538d394c2ull);
+  const std::string abc = "abc";
+  CHECK(hash64({reinterpret_cast<const std::uint8_t*>(abc.data()), abc.size()}) == 0x78af5f94892f3950ull);
+  Bytes b(1000);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 131 + 7);
+  CHECK(hash64(b) == 0x571d5cbfef44331bull);
+  CHECK(hash64(std::span(b.data(), 240)) == 0xb6cfaf343fab81e6ull);
+  CHECK(hash64(b, 7) == 0x96b56672548fd140ull);
+  FrameHasher h(7);
+  for (std::size_t i = 0; i < b.size(); i += 77) h.update(std::span(b).subspan(i, std::min<std::size_t>(77, b.size() - i)));
+  CHECK(h.digest() == 0x96b56672548fd140ull);
+}
+
 TEST_CASE("frame: hash throughput (informational)") {
   Bytes big(64u << 20);
   std::mt19937_64 rng(9);
@@ -428,13 +447,21 @@ TEST_CASE("frame: copy_and_hash copies and hashes like memcpy + hash64") {
     CHECK(copy_and_hash(src, dst.data()) == hash64(src));
     CHECK(std::equal(src.begin(), src.end(), dst.begin()));
     CHECK(dst[len] == 0xAA);  // nothing written past the end
+    // Destinations at every alignment (the copy streams whole vectors between a head and a tail).
+    for (std::size_t shift : {1u, 3u, 8u, 17u, 31u}) {
+      Bytes d2(len + shift + 1, 0xAA);
+      CHECK(copy_and_hash(src, d2.data() + shift) == hash64(src));
+      CHECK(std::equal(src.begin(), src.end(), d2.begin() + static_cast<std::ptrdiff_t>(shift)));
+      CHECK(d2[shift - 1] == 0xAA);
+      CHECK(d2[len + shift] == 0xAA);
+    }
   }
 }
 
 TEST_CASE("frame: the checksum covers the payload through its digest, supplied or computed") {
   Message m = make_message(MsgType::ExchangeRequest, 40, 100000);
   const auto computed = encode_frame_header(m);
-  // The documented definition (docs/wire.md, version 2).
+  // The documented definition (docs/wire.md, version 3).
   FrameHeader h = read_frame_header(computed);
   const std::uint64_t d = hash64(*m.payload);
   std::array<std::uint8_t, 8> le{};
@@ -459,4 +486,65 @@ TEST_CASE("frame: the checksum covers the payload through its digest, supplied o
   m.payload_digest = d ^ 1;
   const auto r = decode_bad(encode_frame(m));
   CHECK(r.reason.find("checksum mismatch") == 0);
+}
+
+TEST_CASE("frame: the receiver checks the payload's float32 words as they land (payload_finite)") {
+  // 1 MB of finite floats, so the payload lands in several prepare() steps; a NaN or Inf in
+  // the last word, in the first, or cut in two by a read.
+  const std::size_t n = 250'000;
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = 0.5f + 1e-3f * static_cast<float>(i % 1000);
+  const auto frame_of = [&](const std::vector<float>& x) {
+    Message m = make_message(MsgType::ExchangePayload, 24, 0);
+    m.payload = std::make_shared<Bytes>(reinterpret_cast<const std::uint8_t*>(x.data()),
+                                        reinterpret_cast<const std::uint8_t*>(x.data() + x.size()));
+    return encode_frame(m);
+  };
+  const auto finite_flag = [](const Bytes& frame, std::size_t read_size) {
+    FrameDecoder d;
+    std::vector<Message> out;
+    for (std::size_t off = 0; off < frame.size(); off += read_size) {
+      const auto r = d.feed(std::span(frame).subspan(off, std::min(read_size, frame.size() - off)), out);
+      REQUIRE(!r.bad());
+    }
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].payload_digest == hash64(*out[0].payload));
+    return out[0].payload_finite;
+  };
+  for (std::size_t read_size : {std::size_t{7}, std::size_t{4096}, std::size_t{1} << 20}) {
+    INFO("reads of " << read_size << " bytes");
+    if (read_size == 7) v.resize(20'000);  // byte-ish reads: a smaller payload
+    CHECK(finite_flag(frame_of(v), read_size) == std::optional<bool>(true));
+    for (std::size_t at : {v.size() - 1, std::size_t{0}, v.size() / 2 + 1}) {
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        auto w = v;
+        w[at] = bad;
+        INFO("bad value at " << at);
+        CHECK(finite_flag(frame_of(w), read_size) == std::optional<bool>(false));
+      }
+    }
+    v.assign(n, 0.25f);
+  }
+  // A payload that is not whole float32 words: no verdict, the protocol decides.
+  Message odd = make_message(MsgType::ExchangePayload, 8, 4 * 1000 + 3);
+  std::vector<Message> out;
+  REQUIRE(decode_all(encode_frame(odd), out).good());
+  REQUIRE(out.size() == 1);
+  CHECK(!out[0].payload_finite);
+}
+
+TEST_CASE("frame: a payload corrupted in its last chunk is refused whole, whatever the reads") {
+  Message m = make_message(MsgType::ExchangePayload, 40, 3u << 20);
+  Bytes f = encode_frame(m);
+  f[f.size() - 3] ^= 0x10;  // in the last of many prepare() steps
+  for (std::size_t read_size : {std::size_t{4096}, std::size_t{1} << 20, f.size()}) {
+    FrameDecoder d;
+    std::vector<Message> out;
+    FrameDecoder::Result r;
+    for (std::size_t off = 0; off < f.size() && !r.bad(); off += read_size)
+      r = d.feed(std::span(f).subspan(off, std::min(read_size, f.size() - off)), out);
+    CHECK(r.bad());
+    CHECK(r.reason.find("checksum mismatch") == 0);
+    CHECK(out.empty());  // nothing of it reaches the protocol
+  }
 }

@@ -14,6 +14,7 @@
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -292,6 +293,34 @@ TEST_CASE("transport: a 100 MB payload arrives intact (throughput, informational
                                                << " GB/s (send hash + write + read + receive hash)");
   REQUIRE(a.t->flush(5.0));  // the sender counts its last bytes when the write completes
   CHECK(a.t->stats().bytes_sent == b.t->stats().bytes_recv);
+}
+
+TEST_CASE("transport: the receiver hands on the payload's digest and its float32 check, a NaN in the last word included") {
+  Node a, b;
+  const std::size_t n = 1'000'000;  // 4 MB: many reads, the last word in the last one
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = 0.25f * static_cast<float>(i % 1013) - 100.0f;
+  const auto send = [&](std::vector<float> x) {
+    Message m;
+    m.type = MsgType::ExchangePayload;
+    m.header = {7, 7};
+    m.payload = std::make_shared<Bytes>(reinterpret_cast<const std::uint8_t*>(x.data()),
+                                        reinterpret_cast<const std::uint8_t*>(x.data() + x.size()));
+    const std::size_t before = b.rec.n_messages();
+    a.t->send(b.id(), m);
+    REQUIRE(wait_until([&] { return b.rec.n_messages() == before + 1; }, 10.0));
+    Message got = b.rec.message_at(before).second;
+    REQUIRE(same(got, m));
+    CHECK(got.payload_digest == hash64(*m.payload));
+    return got.payload_finite;
+  };
+  CHECK(send(v) == std::optional<bool>(true));
+  v.back() = NAN;
+  CHECK(send(v) == std::optional<bool>(false));
+  v.back() = 1.0f;
+  v[n / 2] = -INFINITY;
+  CHECK(send(v) == std::optional<bool>(false));
+  CHECK(b.rec.n_rejected() == 0);
 }
 
 TEST_CASE("transport: a model fingerprint mismatch is rejected on both sides") {

@@ -66,33 +66,6 @@ TEST_CASE("elastic: a joiner's first evaluation is within 2 points of its neighb
   CHECK(field(evals.front(), "step") > 50);  // it took the swarm's step too
 }
 
-TEST_CASE("elastic: after SIGKILL every surviving view drops the dead peer within the bound") {
-  std::vector<std::vector<std::string>> f;
-  for (int i = 0; i < 4; ++i) {
-    auto a = fast_detector();
-    a.insert(a.end(), {"--data", "synthetic", "--model", "mlp:64", "--duration", "10", "--shard",
-                       std::to_string(i + 1) + "/4", "--min-peers", "4", "--local-steps", "1000000", "--settle", "0"});
-    f.push_back(a);
-  }
-  Swarm s("sigkill", f);
-  REQUIRE(wait_until([&] { return metric_lines(s.metrics(3), "eval").size() >= 1; }, 60) >= 0);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  s.peers[2]->signal(SIGKILL);
-  // Bound: probes every 0.2 s over 3 members, 0.1 s timeout, an indirect round, 1 s suspicion.
-  const double bound = 3 * 0.2 + 0.1 + 0.2 + 1.0 + 0.5;
-  const double took = wait_until(
-      [&] {
-        for (int i : {0, 1, 3})
-          if (metric_lines(s.metrics(i), "dead").empty()) return false;
-        return true;
-      },
-      10);
-  INFO("every survivor marked it dead after " << took << " s");
-  CHECK(took >= 0);
-  CHECK(took <= bound);
-  for (int i : {0, 1, 3}) CHECK(s.peers[i]->wait(30) == 0);
-}
-
 TEST_CASE("elastic: SIGTERM exits 0 in time and its model reaches a neighbour") {
   std::vector<std::vector<std::string>> f;
   for (int i = 0; i < 3; ++i)

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/trainer.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 #include "sim/scenario.hpp"
 #include "sim/workload.hpp"
 

@@ -25,7 +25,7 @@
 #include "core/model.hpp"
 #include "net/auth.hpp"
 #include "net/transport.hpp"
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 #include "peer/inbox.hpp"
 
 using namespace rumor;

@@ -1,4 +1,4 @@
-#include "peer/data_files.hpp"
+#include "files/data_files.hpp"
 
 #include <filesystem>
 #include <fstream>
