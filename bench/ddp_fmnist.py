@@ -78,7 +78,11 @@ def load(directory, test):
     return xtr, ytr, images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte")
 
 
-def make_model():
+def make_model(kind="mlp"):
+    if kind == "cnn":  # examples/torch_quickstart.py's CNN (bench/torch_bench.py compares with it)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+        import torch_quickstart
+        return torch_quickstart.make_model("cnn")
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                          nn.Linear(128, 10))
 
@@ -119,7 +123,10 @@ def worker(rank, args, port, results):
                             world_size=args.world)
     xtr, ytr, xte, yte = load(args.data, test=(rank == 0))
     torch.manual_seed(args.seed)  # the same initial model everywhere (DDP broadcasts rank 0's anyway)
-    model = DDP(make_model())
+    model = DDP(make_model(args.model))
+    if args.model == "cnn":  # images as 1 x 28 x 28
+        xtr = xtr.view(-1, 1, 28, 28)
+        xte = xte.view(-1, 1, 28, 28) if xte is not None else None
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     sampler = DistributedSampler(torch.utils.data.TensorDataset(xtr, ytr), num_replicas=args.world,
@@ -212,6 +219,8 @@ def main():
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                    help="mlp: Rumor's default MLP; cnn: examples/torch_quickstart.py's CNN")
     args = ap.parse_args()
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(v, "1")

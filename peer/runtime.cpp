@@ -201,6 +201,7 @@ bool Runtime::drain() {
       case InboxItem::Kind::Timer: g.on_timer(it.timer); break;
       case InboxItem::Kind::Rejected:
         ++transport_rejected_;
+        last_rejection_ = it.reason;
         metrics_.write("rejected", {{"peer", it.peer}, {"reason", it.reason}});
         break;  // the transport already logged it and closed the connection
     }

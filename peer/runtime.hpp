@@ -77,6 +77,9 @@ class Runtime {
   double now() const;
   net::TransportStats transport_stats() const;
   std::uint64_t transport_rejected() const { return transport_rejected_; }  // connections refused for bad input
+  // Why the transport last refused a connection (e.g. "model fingerprint mismatch: ours '..',
+  // theirs '..'"), empty if it never did: the Python module's join() names it.
+  const std::string& last_rejection() const { return last_rejection_; }
   // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
   void close(double flush_s = 1.0);
 
@@ -95,6 +98,7 @@ class Runtime {
   PeerId id_;
   std::vector<PeerId> seeds_;
   std::uint64_t transport_rejected_ = 0;
+  std::string last_rejection_;
   bool closed_ = false;
 };
 

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""The Python module's targets (issue 14), measured on this machine in one run:
+
+  accuracy   4 Python peers (examples/torch_quickstart.py: the 2-conv CNN, Adam 1e-3, batch 64,
+             Fashion-MNIST shards, --epochs) reach >= 0.90 test accuracy each; beside it the
+             single-process PyTorch reference (same CNN, optimizer, batch and epochs, the whole
+             training set, one process).
+  overhead   samples/s of a Python peer gossiping at H=1 >= 0.9x the same torch loop without
+             gossip: 4 gossiping peers against 4 plain loops started the same way (the same CPU
+             contention), --steps each, no evaluation; medians over --repeats, alternated.
+  ddp        wall time to --target (0.88) test accuracy of the Python peers (the median peer,
+             evaluating every --eval-every steps) against torch DDP (gloo, 4 processes, same CNN
+             and batch: bench/ddp_fmnist.py --model cnn), both with their evaluations.
+
+usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py [--out DIR] [--repeats R]
+       [--only accuracy,overhead,ddp]
+Writes DIR/results.json and prints one line per measurement.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+QUICKSTART = os.path.join(ROOT, "examples", "torch_quickstart.py")
+
+
+def run(cmd, timeout):
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return r.stdout, time.monotonic() - t0
+
+
+def evals(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("event") == "eval":
+                out.append(r)
+    return out
+
+
+def reference(a):
+    """Single process, whole training set: the quickstart's worker with one shard of one."""
+    out, wall = run([sys.executable, QUICKSTART, "--worker", "--plain", "--peers", "1", "--shard", "1",
+                     "--epochs", str(a.epochs), "--eval-every", "-1", "--seed", str(a.seed)], a.timeout)
+    f = [l for l in out.splitlines() if l.startswith("final ")][-1].split()
+    d = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
+    d["wall_s"] = wall
+    return d
+
+
+def swarm(a, out_dir, extra, timeout):
+    run([sys.executable, QUICKSTART, "--out", out_dir, "--peers", str(a.peers), "--epochs", str(a.epochs),
+         "--seed", str(a.seed)] + extra, timeout)
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "torch_bench"))
+    ap.add_argument("--peers", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=300, help="steps per peer in the overhead runs")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--only", default="accuracy,overhead,ddp")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    os.makedirs(a.out, exist_ok=True)
+    res = {}
+
+    if "overhead" in only:
+        plain, gossip = [], []
+        for r in range(a.repeats):
+            p = swarm(a, os.path.join(a.out, f"plain{r}"), ["--plain", "--steps", str(a.steps), "--eval-every", "-1"],
+                      a.timeout)
+            g = swarm(a, os.path.join(a.out, f"gossip{r}"), ["--steps", str(a.steps), "--eval-every", "-1",
+                                                                "--local-steps", "1", "--settle", "0"], a.timeout)
+            inside = statistics.median(v["rumor_s"] / v["train_s"] for v in g.values())
+            print(f"overhead run {r}: Rumor's part of each gossip step (protocol, copies, waits) is "
+                  f"{100 * inside:.1f}% of the step time (in-process, whatever the machine's load)", flush=True)
+            plain.append(statistics.median(v["samples_per_s"] for v in p.values()))
+            gossip.append(statistics.median(v["samples_per_s"] for v in g.values()))
+            print(f"overhead run {r}: plain {plain[-1]:.0f} samples/s per process, gossip H=1 {gossip[-1]:.0f} "
+                  f"(ratio {gossip[-1] / plain[-1]:.3f})", flush=True)
+        res["overhead"] = {"plain_samples_per_s": plain, "gossip_samples_per_s": gossip,
+                           "ratio_of_medians": statistics.median(gossip) / statistics.median(plain),
+                           "ratios": [g / p for g, p in zip(gossip, plain)]}
+        print(f"overhead: gossip/plain samples/s = {res['overhead']['ratio_of_medians']:.3f} (target >= 0.9)",
+              flush=True)
+
+    if "accuracy" in only or "ddp" in only:
+        runs = []
+        for r in range(a.repeats if "accuracy" in only else 1):
+            d = os.path.join(a.out, f"swarm{r}")
+            s = swarm(a, d, ["--eval-every", str(a.eval_every)], a.timeout)
+            to_target = []
+            for k in range(1, a.peers + 1):
+                ev = evals(os.path.join(d, f"p{k}.jsonl"))
+                hit = [e["t"] for e in ev if e["test_acc"] >= a.target]
+                to_target.append(hit[0] if hit else math.nan)
+            accs = [s[f"p{k}"]["test_acc"] for k in range(1, a.peers + 1)]
+            runs.append({"final_acc": accs, "time_to_target_s": to_target,
+                         "samples_per_s": [s[f"p{k}"]["samples_per_s"] for k in range(1, a.peers + 1)]})
+            print(f"swarm run {r}: final test_acc {' '.join(f'{x:.4f}' for x in accs)}; time to {a.target}: "
+                  f"{' '.join(f'{x:.1f}' for x in to_target)} s", flush=True)
+        res["swarm"] = runs
+        if "accuracy" in only:
+            ref = reference(a)
+            res["reference"] = ref
+            print(f"single-process reference: test_acc {ref['test_acc']:.4f} ({ref['samples_per_s']:.0f} samples/s)",
+                  flush=True)
+        if "ddp" in only:
+            out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
+                          str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
+                          str(a.eval_every), "--seed", str(a.seed)], a.timeout)
+            ddp = {l.split()[0]: l.split()[1] for l in out.splitlines() if l.startswith("ddp_") and " " in l}
+            res["ddp"] = ddp
+            ours = statistics.median(x for x in runs[0]["time_to_target_s"])
+            print(f"time to {a.target}: Python peers (median peer) {ours:.1f} s, DDP gloo {a.peers} processes "
+                  f"{float(ddp['ddp_time_to_target_s']):.1f} s (final acc {float(ddp['ddp_final_acc']):.4f})",
+                  flush=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"wrote {os.path.join(a.out, 'results.json')}")
+
+
+if __name__ == "__main__":
+    main()

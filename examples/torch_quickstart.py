@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""Rumor with your own PyTorch model: 4 Python peers on loopback train a small CNN (two conv
+layers) on Fashion-MNIST shards through rumor.torch.GossipOptimizer, then the same table and
+accuracy PNG as examples/quickstart.sh (examples/report.py over the peers' metrics files).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/torch_quickstart.py [--out DIR]
+    ... --mixed 2     a swarm of Python and C++ peers in one run: 2 Python peers training the
+                      nn.Sequential equivalent of `rumor-peer --model mlp:256,128` with 2
+                      rumor-peer processes (same fingerprint, same flat layout: they average).
+
+Every peer is its own process (this script in --worker mode), one thread each. Fashion-MNIST is
+read from the Debian package's IDX files (/usr/share/datasets/fashion-mnist). docs/python.md.
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        data = f.read()
+    if data[:3] != b"\0\0\x08":
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    rank = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def load(directory, stem):
+    for name in (stem + ".gz", stem):
+        p = os.path.join(directory, name)
+        if os.path.exists(p):
+            return read_idx(p)
+    raise FileNotFoundError(f"{directory}: no {stem}[.gz] (apt-get install dataset-fashion-mnist)")
+
+
+def fashion_mnist(directory):
+    import torch
+    x = lambda s: torch.from_numpy(load(directory, s).astype(np.float32) / 255.0).unsqueeze(1)
+    y = lambda s: torch.from_numpy(load(directory, s).astype(np.int64))
+    return (x("train-images-idx3-ubyte"), y("train-labels-idx1-ubyte"), x("t10k-images-idx3-ubyte"),
+            y("t10k-labels-idx1-ubyte"))
+
+
+def make_model(kind):
+    from torch import nn
+    if kind == "mlp":  # == rumor-peer --model mlp:256,128 (fingerprint mlp:784-256-128-10/ce/p235146/f32)
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    # The small CNN: two conv layers with batch norm (its running statistics are floating-point
+    # buffers: averaged with the parameters), ~207k parameters.
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def evaluate(model, x, y):
+    import torch
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, len(x), 2000):
+            out = model(x[i:i + 2000])
+            loss += float(torch.nn.functional.cross_entropy(out, y[i:i + 2000], reduction="sum"))
+            correct += int((out.argmax(1) == y[i:i + 2000]).sum())
+    model.train()
+    return correct / len(x), loss / len(x)
+
+
+def shard(n, k, parts, seed):
+    """Rows of shard k (1-based) of `parts`: a seeded permutation cut in equal pieces (iid)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return perm[(k - 1) * n // parts:k * n // parts]
+
+
+def worker(a):
+    import torch
+    torch.set_num_threads(1)
+    xtr, ytr, xte, yte = fashion_mnist(a.data)
+    rows = torch.from_numpy(shard(len(xtr), a.shard, a.peers, a.seed))
+    xtr, ytr = xtr[rows], ytr[rows]
+    torch.manual_seed(a.seed)  # the same initial model on every peer (they start together)
+    model = make_model(a.model)
+    inner = torch.optim.Adam(model.parameters(), lr=a.lr)
+    if a.plain:  # the same loop without Rumor (bench/torch_bench.py's overhead baseline)
+        opt, peer = inner, None
+        report = lambda acc, l, e: print(json.dumps({"event": "eval", "test_acc": acc, "loss": l, "epoch": e}))
+    else:
+        import rumor
+        import rumor.torch
+        peer = rumor.Peer(listen="127.0.0.1:0", join=[a.join] if a.join else [], local_steps=a.local_steps,
+                          staleness=a.staleness, codec=a.codec, metrics=a.metrics, min_peers=a.min_peers,
+                          name=a.name, log_level="info")
+        opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch)
+        report = opt.report
+        print("listening on", peer.address, flush=True)
+        opt.join(timeout=120)
+    g = torch.Generator().manual_seed(a.seed * 1000 + a.shard)
+    steps_per_epoch = math.ceil(len(xtr) / a.batch)
+    total = a.steps or a.epochs * steps_per_epoch
+    every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
+    if a.eval_every >= 0:
+        report(*evaluate(model, xte, yte), 0.0)
+    lossf = torch.nn.functional.cross_entropy
+    train_s, step = 0.0, 0
+    while step < total:
+        order = torch.randperm(len(xtr), generator=g)
+        for b in range(steps_per_epoch):
+            if step >= total:
+                break
+            t0 = time.perf_counter()
+            idx = order[b * a.batch:(b + 1) * a.batch]
+            opt.zero_grad()
+            loss = lossf(model(xtr[idx]), ytr[idx])
+            loss.backward()
+            opt.step(loss=loss) if peer else opt.step()
+            train_s += time.perf_counter() - t0
+            step += 1
+            if a.eval_every >= 0 and step % every == 0 and step < total:
+                report(*evaluate(model, xte, yte), step / steps_per_epoch)
+    if peer:
+        opt.serve(a.settle)  # others may still be training: keep averaging with them a moment
+    acc, l = evaluate(model, xte, yte)
+    report(acc, l, step / steps_per_epoch)
+    rumor_s = opt.rumor_seconds if peer else 0.0
+    print(f"final test_acc {acc:.4f} steps {step} train_s {train_s:.2f} "
+          f"samples_per_s {step * a.batch / train_s:.1f} rumor_s {rumor_s:.3f}", flush=True)
+    if peer:
+        peer.close()
+    return 0
+
+
+def launch(a):
+    os.makedirs(a.out, exist_ok=True)
+    for f in os.listdir(a.out):
+        if f.endswith((".jsonl", ".log")):
+            os.remove(os.path.join(a.out, f))
+    n_py = a.peers - a.mixed
+    model = "mlp" if a.mixed else "cnn"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = []
+
+    def py_peer(k, join):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--shard", str(k), "--peers", str(a.peers),
+               "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
+               "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
+               "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
+               "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle),
+               "--eval-every-epochs", str(a.eval_every_epochs), "--eval-every", str(a.eval_every),
+               "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
+        if join:
+            cmd += ["--join", join]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(os.path.join(a.out, f"p{k}.log"), "w"),
+                             text=True, env=env)
+        procs.append(p)
+        return p
+
+    def cpp_peer(k, join):
+        binary = os.path.join(a.build, "peer", "rumor-peer")
+        cmd = [binary, "--listen", "127.0.0.1:0", "--join", join, "--shard", f"{k}/{a.peers}", "--model",
+               "mlp:256,128", "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
+               "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
+               "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
+               "--data", a.data]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(a.out, f"c{k}.log"), "w")))
+
+    print(f"== {n_py} Python peer(s) ({'the mlp:256,128 equivalent' if a.mixed else 'a 2-conv CNN'})"
+          + (f" and {a.mixed} rumor-peer peer(s)" if a.mixed else "") + f" on 127.0.0.1; logs in {a.out}", flush=True)
+    first = py_peer(1, None)
+    if a.plain:  # no swarm: independent loops under the same load (bench/torch_bench.py)
+        for k in range(2, n_py + 1):
+            py_peer(k, None)
+    else:
+        seed = None
+        for line in first.stdout:
+            if line.startswith("listening on "):
+                seed = line.split()[2]
+                break
+        if not seed:
+            sys.exit(open(os.path.join(a.out, "p1.log")).read()[-3000:] + "\npeer 1 did not start")
+        print(f"   p1 listens on {seed}", flush=True)
+        for k in range(2, n_py + 1):
+            py_peer(k, seed)
+        for k in range(n_py + 1, a.peers + 1):
+            cpp_peer(k, seed)
+    t0 = time.monotonic()
+    rc = 0
+    try:
+        for p in procs:
+            rc |= p.wait(a.timeout - (time.monotonic() - t0)) != 0
+    except subprocess.TimeoutExpired:
+        rc = 1
+        print(f"timed out after {a.timeout} s", file=sys.stderr)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if rc:
+        sys.exit(f"a peer failed; see {a.out}/*.log")
+    summary = {}
+    for k, p in enumerate(procs[:n_py], 1):
+        last = [l for l in (p.stdout.read() or "").splitlines() if l.startswith("final ")]
+        if last:
+            f = last[-1].split()
+            summary[f"p{k}"] = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if a.plain:
+        print(json.dumps(summary))
+        return 0
+    files = sorted(os.path.join(a.out, f) for f in os.listdir(a.out) if f.endswith(".jsonl"))
+    subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "--png", os.path.join(a.out, "accuracy.png"),
+                    "--title", "Rumor + PyTorch: test accuracy of every peer"] + files, check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "torch_quickstart"))
+    ap.add_argument("--peers", type=int, default=4)
+    ap.add_argument("--mixed", type=int, default=0, help="how many of the peers are C++ rumor-peer processes")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--local-steps", type=int, default=1)
+    ap.add_argument("--staleness", default="inf")
+    ap.add_argument("--codec", default="none")
+    ap.add_argument("--settle", type=float, default=2.0)
+    ap.add_argument("--eval-every-epochs", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--timeout", type=float, default=3600)
+    # worker mode (one peer; started by the launcher)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shard", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
+    ap.add_argument("--join", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--metrics", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--name", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--min-peers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--plain", action="store_true", help="the same loops without Rumor (overhead baseline)")
+    ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.staleness = float(a.staleness)
+    if a.mixed < 0 or a.mixed >= a.peers:
+        ap.error("--mixed must leave at least one Python peer")
+    return worker(a) if a.worker else launch(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

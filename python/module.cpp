@@ -1,0 +1,151 @@
+// rumor._rumor: the Python bindings (pybind11) of the module's peer (python_peer.hpp), plus the
+// C++ dense models' fingerprint and loss/gradient, so tests can check that rumor.torch lays an
+// equivalent nn.Sequential out exactly as rumor-peer does.
+//
+// The flat buffer is handed to Python zero-copy: Node supports the buffer protocol, and
+// buffer()/begin_step()/end_step() return numpy arrays over the node's own memory that keep
+// the node alive. Blocking calls release the GIL; nothing here is ever called from the I/O thread.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "core/model.hpp"
+#include "python/python_peer.hpp"
+
+namespace py = pybind11;
+using rumor::python::Node;
+using rumor::python::NodeOptions;
+
+namespace {
+
+py::array view_of(py::object owner, float* data, std::size_t n) {
+  return py::array_t<float>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(float))}, data, owner);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_rumor, m) {
+  m.doc() = "Rumor's peer runtime for Python (use the rumor package, not this module directly)";
+  py::register_exception<rumor::python::WaitTimeout>(m, "WaitTimeout", PyExc_TimeoutError);
+  py::register_exception<rumor::python::ForkedChild>(m, "ForkedChild", PyExc_RuntimeError);
+  py::register_exception<rumor::python::Diverged>(m, "Diverged", PyExc_RuntimeError);
+
+  py::class_<Node>(m, "Node", py::buffer_protocol())
+      .def(py::init([](std::string fingerprint, std::size_t size, std::string listen, std::vector<std::string> join,
+                       std::string swarm_key, std::uint64_t local_steps, double staleness, std::string codec,
+                       std::string mix_weight, std::string metrics, double exchange_timeout, std::int64_t seed,
+                       std::string log_level, std::string name, std::size_t min_peers,
+                       double min_peers_timeout) {
+             NodeOptions o;
+             o.fingerprint = std::move(fingerprint);
+             o.size = size;
+             o.listen = std::move(listen);
+             o.join = std::move(join);
+             o.swarm_key_path = std::move(swarm_key);
+             o.local_steps = local_steps;
+             o.staleness = staleness;
+             o.codec = std::move(codec);
+             o.mix_weight = std::move(mix_weight);
+             o.metrics_path = std::move(metrics);
+             o.exchange_timeout_s = exchange_timeout;
+             o.seed = seed;
+             o.log_level = std::move(log_level);
+             o.name = std::move(name);
+             o.min_peers = min_peers;
+             o.min_peers_timeout_s = min_peers_timeout;
+             py::gil_scoped_release release;  // binding, starting the I/O thread
+             return std::make_unique<Node>(std::move(o));
+           }),
+           py::arg("fingerprint"), py::arg("size"), py::arg("listen"), py::arg("join"), py::arg("swarm_key"),
+           py::arg("local_steps"), py::arg("staleness"), py::arg("codec"), py::arg("mix_weight"), py::arg("metrics"),
+           py::arg("exchange_timeout"), py::arg("seed"), py::arg("log_level"), py::arg("name"),
+           py::arg("min_peers") = 1, py::arg("min_peers_timeout") = 120.0)
+      .def_buffer([](Node& n) {
+        return py::buffer_info(n.data(), sizeof(float), py::format_descriptor<float>::format(), 1,
+                               {static_cast<py::ssize_t>(n.size())}, {static_cast<py::ssize_t>(sizeof(float))});
+      })
+      .def("buffer", [](py::object self) {
+        Node& n = self.cast<Node&>();
+        return view_of(self, n.data(), n.size());
+      })
+      .def("address", &Node::address)
+      .def("fingerprint", &Node::fingerprint)
+      .def("join",
+           [](Node& n, double timeout) {
+             rumor::python::JoinResult r;
+             {
+               py::gil_scoped_release release;
+               r = n.join(timeout);
+             }
+             py::dict d;
+             d["status"] = r.status;
+             d["step"] = r.step;
+             d["reason"] = r.reason;
+             return d;
+           })
+      .def("begin_step",
+           [](py::object self, double wait_timeout) -> py::object {
+             Node& n = self.cast<Node&>();
+             bool changed;
+             {
+               py::gil_scoped_release release;
+               changed = n.begin_step(wait_timeout);
+             }
+             if (!changed) return py::none();
+             return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
+           },
+           py::arg("wait_timeout") = 60.0)
+      .def("end_step",
+           [](py::object self, double loss, double seconds, std::uint64_t samples, double wait_timeout) -> py::object {
+             Node& n = self.cast<Node&>();
+             bool changed;
+             {
+               py::gil_scoped_release release;
+               changed = n.end_step(loss, seconds, samples, wait_timeout);
+             }
+             if (!changed) return py::none();
+             return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
+           })
+      .def("serve",
+           [](py::object self, double seconds) -> py::object {
+             Node& n = self.cast<Node&>();
+             bool changed;
+             {
+               py::gil_scoped_release release;
+               changed = n.serve(seconds);
+             }
+             if (!changed) return py::none();
+             return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
+           })
+      .def("report", &Node::report, py::arg("test_acc"), py::arg("loss"), py::arg("epoch"))
+      .def("stats", &Node::stats)
+      .def("close", &Node::close, py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
+      .def("closed", &Node::closed);
+
+  // The C++ dense models, for layout checks: fingerprint, and loss + gradient on a flat buffer.
+  m.def("dense_fingerprint", [](const std::string& spec, std::size_t in, std::size_t out) {
+    return rumor::make_model(spec, in, out)->fingerprint();
+  });
+  m.def("dense_init", [](const std::string& spec, std::size_t in, std::size_t out, std::uint64_t seed) {
+    auto model = rumor::make_model(spec, in, out);
+    py::array_t<float> p(static_cast<py::ssize_t>(model->param_count()));
+    rumor::Rng rng(seed);  // as rumor-peer --init-seed does
+    model->init({p.mutable_data(), model->param_count()}, rng);
+    return p;
+  });
+  m.def("dense_loss_and_grad",
+        [](const std::string& spec, py::array_t<float, py::array::c_style | py::array::forcecast> params,
+           py::array_t<float, py::array::c_style | py::array::forcecast> x,
+           py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> labels, std::size_t classes) {
+          if (x.ndim() != 2) throw std::invalid_argument("x must be rows x inputs");
+          const std::size_t rows = x.shape(0), in = x.shape(1);
+          if (static_cast<std::size_t>(labels.size()) != rows) throw std::invalid_argument("one label per row");
+          auto model = rumor::make_model(spec, in, classes);
+          if (static_cast<std::size_t>(params.size()) != model->param_count())
+            throw std::invalid_argument("params: expected " + std::to_string(model->param_count()) + " values");
+          py::array_t<float> grad(static_cast<py::ssize_t>(model->param_count()));
+          const double loss = model->loss_and_grad({params.data(), model->param_count()}, x.data(), rows, labels.data(),
+                                                   nullptr, {grad.mutable_data(), model->param_count()});
+          return py::make_tuple(loss, grad);
+        });
+}

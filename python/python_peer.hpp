@@ -1,0 +1,157 @@
+// A Rumor peer driven by a Python training loop: the third driver of the one peer loop
+// (core/peer_loop.hpp). It owns the flat float32 parameter buffer that Gossip mixes into and
+// that Python reads and writes without a copy, and runs the real-time runtime of the daemon
+// (peer/runtime.hpp: transport on its I/O thread, inbox, real-time Env, metrics, PeerLoop).
+//
+// The Python side (python/rumor/torch.py) copies the live torch parameters into the buffer
+// after each local step (end_step) and adds what was mixed into it since then to the live
+// parameters at the next (begin_step returns that change: the overlap, or delta, rule). To
+// compute the change without knowing what Gossip touched, the node keeps a shadow of the
+// buffer as last copied (taken only when inputs are about to be handed to Gossip) and returns
+// buffer - shadow, or nothing when they are equal.
+//
+// Threading: every method runs on the caller's thread (the Python thread, with the GIL released
+// by the bindings around the blocking ones); the runtime's I/O thread only queues into its inbox
+// and never calls back here, let alone into Python. Every wait is bounded by a timeout.
+// Fork: a node belongs to the process that made it; in a forked child every call throws and the
+// destructor leaves the (absent) threads alone.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/peer_loop.hpp"
+
+namespace spdlog {
+class logger;
+}
+namespace rumor::peer {
+class Runtime;
+class MetricsWriter;
+}
+
+namespace rumor::python {
+
+struct NodeOptions {
+  std::string fingerprint;
+  std::size_t size = 0;
+  std::string listen = "127.0.0.1:0";
+  std::vector<std::string> join;
+  std::string swarm_key_path;
+  std::uint64_t local_steps = 1;
+  double staleness = INFINITY;
+  std::string codec = "none";
+  std::string mix_weight = "uniform";
+  std::string metrics_path;
+  double exchange_timeout_s = 5.0;
+  std::int64_t seed = -1;  // -1: from the listen address
+  std::string log_level = "warning";
+  std::string name;
+  std::size_t min_peers = 1;  // join() waits for this many in view; >1: no state transfer
+  double min_peers_timeout_s = 120;
+};
+
+// What join() found: "ready" (step: the swarm's step, 0 when none was taken), "mismatch" (the
+// members train another model; reason: the transport's line with both fingerprints) or
+// "timeout" (reason: the last problem seen, if any).
+struct JoinResult {
+  std::string status;
+  std::uint64_t step = 0;
+  std::string reason;
+};
+
+// A wait that did not end within its timeout (the staleness bound held this peer back).
+struct WaitTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A step reported a non-finite loss: the loop stopped (as rumor-peer exits 1).
+struct Diverged : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Used from a forked child.
+struct ForkedChild : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Node final : public LoopModel {
+ public:
+  // Checks the options (std::invalid_argument naming the bad one), binds the listen address
+  // (std::runtime_error naming it), starts the I/O thread and joins through `join`.
+  explicit Node(NodeOptions o);
+  ~Node() override;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // LoopModel
+  std::span<float> params() override { return flat_; }
+  std::uint64_t steps() const override { return steps_; }
+  std::uint64_t samples() const override { return samples_; }
+  double epochs_done() const override { return 0; }
+  void adopt_step(std::uint64_t step) override { steps_ = step; }
+
+  float* data() { return flat_.data(); }
+  std::size_t size() const { return flat_.size(); }
+  std::string address() const;
+  const std::string& fingerprint() const { return o_.fingerprint; }
+
+  // Blocks until the loop is ready for the first step (joined, and a joiner holds the swarm's
+  // model), at most timeout_s.
+  JoinResult join(double timeout_s);
+  // Before a local update: hands queued inputs to Gossip (the mid-step drain) and, if the loop
+  // is not ready to step (still joining, or held back by staleness), waits for it up to
+  // wait_timeout_s (WaitTimeout). True when the buffer changed since the last copy: the change
+  // is in delta().
+  bool begin_step(double wait_timeout_s);
+  // After the Python side copied the live parameters into the buffer: one step done (an
+  // exchange starts when one is due), then the staleness wait for the next step, bounded.
+  // True when something was mixed in during that wait (delta()).
+  bool end_step(double loss, double seconds, std::uint64_t samples, double wait_timeout_s);
+  // Handles inputs for `seconds` without stepping (answers exchanges, state requests, probes).
+  // True when the buffer changed meanwhile (delta()).
+  bool serve(double seconds);
+  std::span<const float> delta() const { return delta_; }
+  // One "eval" metrics line (what the Python loop measured, with the peer's counters), so that
+  // examples/report.py summarises Python peers like C++ ones; the last one goes into "done".
+  void report(double test_acc, double loss, double epoch);
+  std::map<std::string, double> stats() const;
+  // Graceful leave (announce, hand the model over), then stop the network; returns within
+  // about timeout_s. Idempotent.
+  void close(double timeout_s);
+  bool closed() const { return closed_; }
+
+ private:
+  void check_process() const;
+  // Takes the shadow (if the buffer was copied into since) and hands queued inputs to Gossip.
+  void drain();
+  // Loops next() until it says Step; waits on the inbox meanwhile. False on timeout, on exit,
+  // or as soon as give_up() says so.
+  bool until_step(double timeout_s, const std::function<bool()>& give_up = {});
+  // delta_ = flat_ - shadow_, shadow_ = flat_; true if any coordinate changed.
+  bool take_delta();
+  // until_step() failed: Diverged, left, or WaitTimeout with what the loop is waiting for.
+  [[noreturn]] void throw_not_ready(const char* what, double timeout_s);
+
+  NodeOptions o_;
+  pid_t pid_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::vector<float> flat_, shadow_, delta_;
+  // The shadow holds the buffer as the live parameters last saw it (false after each copy-in,
+  // until inputs are next handed to Gossip); inputs were handed over since the last delta.
+  bool shadow_current_ = false;
+  bool maybe_written_ = false;
+  std::uint64_t steps_ = 0, samples_ = 0;
+  double last_acc_ = NAN, last_loss_ = NAN;
+  double seconds_ = 0;  // step time reported by the Python side
+  bool closed_ = false;
+  std::unique_ptr<peer::MetricsWriter> metrics_;  // outlives rt_, which writes into it
+  std::unique_ptr<peer::Runtime> rt_;
+};
+
+}  // namespace rumor::python

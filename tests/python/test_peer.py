@@ -1,0 +1,323 @@
+"""rumor.Peer on loopback with numpy buffers (no torch): averaging, mixing with rumor-peer,
+crashes, joins, shutdown, and misuse. Each peer runs in its own thread or process."""
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import rumor
+from rumor import _rumor
+from conftest import RUMOR_PEER, rel_distance, run_threads
+
+
+def fingerprint(n):
+    return f"raw:test/p{n}/f32"
+
+
+class RawPeer:
+    """A peer whose "training" is `update` (none: pure averaging), applied like rumor.torch does:
+    the swarm's change (begin_step), the local update, copy into the buffer, end_step."""
+
+    def __init__(self, n, seed, join=(), fp=None, **kw):
+        kw.setdefault("exchange_timeout", 1.0)
+        self.peer = rumor.Peer(join=list(join), seed=seed, **kw)
+        self.flat = self.peer.bind(fp or fingerprint(n), n)
+        self.flat[:] = np.random.default_rng(seed).normal(size=n).astype(np.float32)
+        self.init = self.flat.copy()
+        self.live = self.flat.copy()
+        self.steps = 0
+
+    @property
+    def address(self):
+        return self.peer.address
+
+    def join(self, timeout=10):
+        step = self.peer.join(timeout)
+        self.live = self.flat.copy()
+        return step
+
+    def step(self, update=None):
+        d = self.peer.begin_step()
+        if d is not None:
+            self.live += d
+        if update is not None:
+            self.live += update
+        self.flat[:] = self.live
+        d = self.peer.end_step()
+        if d is not None:
+            self.live += d
+        self.steps += 1
+
+    def serve(self, seconds):
+        d = self.peer.serve(seconds)
+        if d is not None:
+            self.live += d
+
+
+def test_four_python_peers_average_to_the_mean():
+    n = 1000
+    # Started together (min_peers): every peer keeps its own values, no state transfer.
+    peers = [RawPeer(n, 11, min_peers=4)]
+    for i in range(1, 4):
+        peers.append(RawPeer(n, 11 + i, join=[peers[0].address], min_peers=4))
+    mean = np.mean([p.init.astype(np.float64) for p in peers], axis=0)
+    done = [False]
+
+    def converged():
+        lives = [p.live.copy() for p in peers]
+        return all(rel_distance(a, lives[0]) < 1e-6 for a in lives)
+
+    def run(p):
+        p.join(10)
+        end = time.monotonic() + 40
+        while not done[0] and time.monotonic() < end:
+            p.step()
+            time.sleep(0.002)
+
+    import threading
+    t = threading.Thread(target=lambda: run_threads([lambda p=p: run(p) for p in peers], 60), daemon=True)
+    t.start()
+    end = time.monotonic() + 40
+    while time.monotonic() < end and not converged():
+        time.sleep(0.1)
+    done[0] = True
+    t.join(30)
+    for i, p in enumerate(peers):
+        d = rel_distance(p.live, mean)
+        assert d < 1e-5, f"peer {i}: relative distance {d:.3g} to the mean of the initial values"
+        assert p.peer.stats()["exchanges"] > 0
+    for p in peers:
+        p.peer.close()
+
+
+def test_python_and_cpp_peer_average_exactly(tmp_path):
+    if not os.path.exists(RUMOR_PEER):
+        pytest.fail(f"{RUMOR_PEER} not built")
+    fp = _rumor.dense_fingerprint("logreg", 64, 10)
+    assert fp == "logreg:64-10/ce/p650/f32"
+    out = tmp_path / "cpp.params"
+    py = RawPeer(650, 5, fp=fp)
+    log = open(tmp_path / "cpp.log", "w")
+    cpp = subprocess.Popen([RUMOR_PEER, "--data", "synthetic", "--model", "logreg", "--lr", "0", "--duration", "3",
+                            "--min-peers", "2", "--init-seed", "7", "--join", py.address, "--save-params", str(out),
+                            "--exchange-timeout", "1"], stderr=log, stdout=subprocess.DEVNULL)
+    try:
+        py.join(10)
+        cpp_init = _rumor.dense_init("logreg", 64, 10, 7)
+        mean = (cpp_init.astype(np.float64) + py.init.astype(np.float64)) / 2
+        end = time.monotonic() + 40
+        while cpp.poll() is None and time.monotonic() < end:
+            py.step()
+            time.sleep(0.002)
+        assert cpp.wait(10) == 0, open(tmp_path / "cpp.log").read()[-3000:]
+    finally:
+        if cpp.poll() is None:
+            cpp.kill()
+            cpp.wait()
+    theirs = np.fromfile(out, dtype="<f4")
+    assert theirs.size == 650
+    assert py.peer.stats()["exchanges"] > 0
+    assert rel_distance(theirs, mean) < 1e-6, rel_distance(theirs, mean)
+    assert rel_distance(py.live, mean) < 1e-6, rel_distance(py.live, mean)
+    py.peer.close()
+
+
+def test_a_python_peer_killed_with_sigkill_does_not_stall_the_others(children, tmp_path):
+    n = 200
+    a = RawPeer(n, 21, staleness=3, wait_timeout=30)
+    child = children("raw", a.address, 3, 0, "-", n, 24, log=tmp_path / "child.log")
+    child.listen_address()
+    others = [a] + [RawPeer(n, 22 + i, join=[a.address], staleness=3, wait_timeout=30) for i in range(2)]
+    killed = [None]
+
+    def run(p, first):
+        p.join(10)
+        while p.peer.stats()["peers"] < 4:
+            p.step()
+            time.sleep(0.003)
+        for _ in range(30):
+            p.step()
+            time.sleep(0.003)
+        if first:
+            child.kill(signal.SIGKILL)
+            killed[0] = time.monotonic()
+        while killed[0] is None:
+            time.sleep(0.01)
+        for _ in range(150):
+            p.step()
+            time.sleep(0.003)
+        return time.monotonic() - killed[0]
+
+    took = run_threads([lambda p=p, i=i: run(p, i == 0) for i, p in enumerate(others)], 75)
+    assert max(took) < 25, f"150 steps after the kill took {max(took):.1f} s"
+    for p in others:
+        assert p.peer.stats()["alive"] == 3, "the killed peer should be suspect or dead in every view"
+        p.peer.close()
+
+
+def test_a_joiner_gets_the_swarm_state_before_its_first_step():
+    n = 500
+    a = RawPeer(n, 31)
+    b = RawPeer(n, 32, join=[a.address])
+    drift = np.full(n, 0.01, dtype=np.float32)
+    trained = [0]
+
+    def train(p):
+        p.join(10)
+        for _ in range(40):
+            p.step(drift)
+            time.sleep(0.002)
+        trained[0] += 1
+        p.serve(6.0)
+
+    import threading
+    t = threading.Thread(target=lambda: run_threads([lambda: train(a), lambda: train(b)], 40), daemon=True)
+    t.start()
+    end = time.monotonic() + 30
+    while trained[0] < 2 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert trained[0] == 2
+    time.sleep(1.0)  # exchanges still in flight when training ended complete (or time out)
+    c = RawPeer(n, 33, join=[a.address])
+    step = c.join(10)
+    assert step >= 40, f"the joiner took step {step}, expected the swarm's (>= 40)"
+    assert c.peer.stats()["steps"] == step
+    # The source's model: its buffer (A and B are inside serve(), which applies what was mixed
+    # meanwhile to their live values only when it returns).
+    d = min(rel_distance(c.live, a.flat), rel_distance(c.live, b.flat))
+    assert d < 1e-7, f"the joiner should start from the swarm's model (relative distance {d:.3g})"
+    assert rel_distance(c.live, c.init) > 0.5
+    t.join(20)
+    for p in (a, b, c):
+        p.peer.close()
+
+
+def test_wrong_fingerprint_is_refused_with_the_difference():
+    a = RawPeer(10, 41, fp="torch:w=2x5/p10/f32")
+    c = RawPeer(10, 42, join=[a.address], fp="torch:w=5x2/p10/f32")
+    import threading
+    stop = [False]
+
+    def serve():
+        while not stop[0]:
+            a.serve(0.05)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    with pytest.raises(rumor.FingerprintMismatch, match=r"parameter 0: ours w shape 5 x 2, theirs w shape 2 x 5"):
+        c.join(8)
+    assert time.monotonic() - t0 < 9
+    stop[0] = True
+    t.join(5)
+    a.peer.close()
+    c.peer.close()
+
+
+def test_close_returns_within_5_s_with_a_peer_unreachable(children, tmp_path):
+    n = 100
+    a = RawPeer(n, 51)
+    child = children("raw", a.address, "inf", 0, "-", n, 52, log=tmp_path / "child.log")
+    child.listen_address()
+    a.join(10)
+    end = time.monotonic() + 15
+    while a.peer.stats()["peers"] < 2 and time.monotonic() < end:
+        a.step()
+        time.sleep(0.005)
+    assert a.peer.stats()["peers"] == 2
+    child.kill(signal.SIGSTOP)  # alive to TCP, silent to the protocol
+    for _ in range(20):
+        a.step()
+        time.sleep(0.005)
+    t0 = time.monotonic()
+    a.peer.close(timeout=5)
+    took = time.monotonic() - t0
+    child.kill(signal.SIGCONT)
+    assert took < 5.5, f"close() took {took:.2f} s"
+
+
+def test_a_join_address_that_never_answers_times_out():
+    # Nothing listening: refused at once, retried until the timeout.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    p = RawPeer(10, 61, join=[dead])
+    t0 = time.monotonic()
+    with pytest.raises(rumor.JoinTimeout):
+        p.join(2)
+    assert time.monotonic() - t0 < 3.5
+    p.peer.close()
+    # Listening, accepting (the kernel does), never speaking.
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    q = RawPeer(10, 62, join=["127.0.0.1:%d" % mute.getsockname()[1]])
+    t0 = time.monotonic()
+    with pytest.raises(rumor.JoinTimeout):
+        q.join(2)
+    assert time.monotonic() - t0 < 3.5
+    t0 = time.monotonic()
+    q.peer.close(timeout=5)
+    assert time.monotonic() - t0 < 5.5
+    mute.close()
+
+
+def test_a_forked_child_cannot_use_the_parents_peer():
+    p = RawPeer(10, 71)
+    pid = os.fork()
+    if pid == 0:  # the child: every call must raise ForkError, and exiting must not hang
+        code = 0
+        for call in (lambda: p.peer.stats(), lambda: p.peer.begin_step(), lambda: p.peer.close()):
+            try:
+                call()
+                code = 1
+            except rumor.ForkError:
+                pass
+            except BaseException:
+                code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert p.peer.stats()["steps"] == 0  # the parent's peer still works
+    p.peer.close()
+
+
+def test_exit_without_close_is_clean(children):
+    c = children("noclose", "-", "inf", 0, "-", 10, 81)
+    c.listen_address()
+    t0 = time.monotonic()
+    assert c.proc.wait(10) == 0
+    assert time.monotonic() - t0 < 6
+
+
+def test_context_manager_and_misuse():
+    with rumor.Peer() as p:
+        flat = p.bind(fingerprint(4), 4)
+        assert flat.dtype == np.float32 and flat.shape == (4,)
+        flat[:] = [1, 2, 3, 4]
+        assert np.array_equal(np.frombuffer(memoryview(p._node), dtype=np.float32), flat)  # zero-copy
+        with pytest.raises(rumor.RumorError):
+            p.bind(fingerprint(4), 4)
+    assert p.closed
+    with pytest.raises(rumor.PeerClosed):
+        p.stats()
+    assert flat[3] == 4  # arrays handed out stay valid after close
+    with pytest.raises(ValueError):
+        rumor.Peer(listen="localhost")
+    with pytest.raises(ValueError):
+        rumor.Peer(join=["127.0.0.1:0"])
+    with pytest.raises(ValueError):
+        rumor.Peer(codec="zip")
+    with pytest.raises(ValueError):
+        rumor.Peer(staleness=-1)
+    with pytest.raises(ValueError):
+        rumor.Peer(local_steps=0)
+    with pytest.raises(rumor.RumorError):
+        rumor.Peer().begin_step()  # nothing bound

@@ -1,0 +1,224 @@
+"""rumor.torch: the flat layout and fingerprint (the same as the C++ models' for the equivalent
+nn.Sequential), the checks on models that cannot be averaged, and small swarms of torch peers."""
+import math
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import rumor  # noqa: E402
+import rumor.torch as rt  # noqa: E402
+from rumor import _rumor  # noqa: E402
+from rumor.fingerprint import first_difference  # noqa: E402
+from conftest import rel_distance, run_threads  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                         nn.Linear(128, 10))
+
+
+class Tiny(nn.Module):
+    def __init__(self, hidden=8):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.fc = nn.Linear(2 * 4 * 4, hidden)
+        self.out = nn.Linear(hidden, 2)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.fc(torch.relu(self.conv(x)).flatten(1))))
+
+
+def test_mlp_has_the_cpp_fingerprint_and_layout():
+    torch.manual_seed(0)
+    model = mlp()
+    layout = rt.ModelLayout(model)
+    assert layout.fingerprint == _rumor.dense_fingerprint("mlp:256,128", 784, 10)
+    assert layout.fingerprint == "mlp:784-256-128-10/ce/p235146/f32"
+    flat = np.zeros(layout.size, dtype=np.float32)
+    layout.bind(flat)
+    layout.copy_in()
+    # Same loss and same gradient from the C++ model reading the flat buffer.
+    x = torch.rand(16, 784)
+    y = torch.randint(0, 10, (16,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    c_loss, c_grad = _rumor.dense_loss_and_grad("mlp:256,128", flat, x.numpy(), y.numpy().astype(np.int32), 10)
+    assert abs(c_loss - loss.item()) < 1e-5
+    grads = np.zeros_like(flat)
+    for name, t, off, n, tr in layout.entries:
+        g = t.grad.detach()
+        grads[off:off + n] = (g.t() if tr else g).contiguous().numpy().reshape(-1)
+    assert rel_distance(grads, c_grad) < 1e-5
+    # And back: the C++ initialisation copied out gives the torch model the C++ model's function.
+    flat[:] = _rumor.dense_init("mlp:256,128", 784, 10, 3)
+    layout.copy_out()
+    with torch.no_grad():
+        loss2 = nn.functional.cross_entropy(model(x), y).item()
+    c_loss2, _ = _rumor.dense_loss_and_grad("mlp:256,128", flat, x.numpy(), y.numpy().astype(np.int32), 10)
+    assert abs(c_loss2 - loss2) < 1e-5
+
+
+def test_logreg_and_other_models_fingerprints():
+    assert rt.ModelLayout(nn.Sequential(nn.Linear(64, 10))).fingerprint == _rumor.dense_fingerprint("logreg", 64, 10)
+    assert rt.ModelLayout(nn.Sequential(nn.Linear(13, 1)), loss="mse").fingerprint == \
+        _rumor.dense_fingerprint("linreg", 13, 1)
+    f = rt.ModelLayout(Tiny()).fingerprint
+    assert f == "torch:conv.weight=2x1x3x3,conv.bias=2,fc.weight=8x32,fc.bias=8,out.weight=2x8,out.bias=2/p302/f32"
+    g = rt.ModelLayout(Tiny(hidden=9)).fingerprint
+    assert first_difference(f, g) == "parameter 2: ours fc.weight shape 8 x 32, theirs fc.weight shape 9 x 32"
+    assert "layer widths differ: ours 784-256-128-10, theirs 784-512-10" == first_difference(
+        "mlp:784-256-128-10/ce/p235146/f32", "mlp:784-512-10/ce/p407050/f32")
+    # BatchNorm statistics travel with the model; the step counter stays local.
+    bn = rt.ModelLayout(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2)))
+    assert "buffer:1.running_mean=2" in bn.fingerprint and "num_batches" not in bn.fingerprint
+    # A huge model: hashed, still under the Hello's 1024 characters, still naming early entries.
+    big = nn.Sequential(*[nn.Linear(4, 4) for _ in range(100)])
+    fb = rt.ModelLayout(big, fingerprint="torch").fingerprint
+    assert len(fb) <= 1024 and fb.startswith("torch#") and fb.endswith("/p2000/f32")
+
+
+def test_models_that_cannot_be_averaged_are_refused_clearly():
+    with pytest.raises(TypeError, match=r"parameter '0.weight' is float64"):
+        rt.ModelLayout(nn.Sequential(nn.Linear(3, 2)).double())
+    m = nn.Sequential(nn.Linear(3, 2))
+    m[0].weight.data = torch.zeros(3, 2).t()  # right shape, transposed strides
+    with pytest.raises(ValueError, match=r"parameter '0.weight' is not contiguous"):
+        rt.ModelLayout(m)
+    with pytest.raises(ValueError, match="loss"):
+        rt.ModelLayout(Tiny(), loss="hinge")
+
+
+def train_steps(opt, model, steps, x, y, sleep=0.0, report_loss=True):
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step(loss=loss) if report_loss else opt.step()
+        if sleep:
+            time.sleep(sleep)
+    return loss.item()
+
+
+def data(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(32, 1, 6, 6, generator=g)
+    return x, (x.mean((1, 2, 3)) > 0.5).long()
+
+
+def test_a_model_changed_after_binding_is_a_clear_error():
+    torch.manual_seed(1)
+    model = Tiny()
+    with rumor.Peer() as peer:
+        opt = rt.GossipOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), peer, model=model)
+        opt.join(5)
+        x, y = data(1)
+        train_steps(opt, model, 2, x, y)
+        model.fc = nn.Linear(32, 8)  # a new layer: new tensors the peer does not know
+        with pytest.raises(rt.ModelChanged, match="fc.weight"):
+            train_steps(opt, model, 1, x, y)
+    torch.manual_seed(1)
+    model = Tiny()
+    with rumor.Peer() as peer:
+        opt = rt.GossipOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), peer, model=model)
+        model.out.weight.data = torch.zeros(2, 9)
+        with pytest.raises(rt.ModelChanged, match=r"parameter 'out.weight' changed .*\[2, 8\] -> \[2, 9\]"):
+            opt.step()
+        model.out.weight.data = torch.zeros(2, 8, dtype=torch.float64)
+        with pytest.raises(TypeError, match="parameter 'out.weight' is float64"):
+            opt.step()
+
+
+def test_wrong_model_is_refused_naming_the_first_difference():
+    a_model, c_model = Tiny(hidden=8), Tiny(hidden=9)
+    a = rumor.Peer()
+    opt_a = rt.GossipOptimizer(torch.optim.SGD(a_model.parameters(), lr=0.1), a, model=a_model)
+    c = rumor.Peer(join=[a.address])
+    opt_c = rt.GossipOptimizer(torch.optim.SGD(c_model.parameters(), lr=0.1), c, model=c_model)
+    stop = [False]
+
+    def serve():
+        while not stop[0]:
+            opt_a.serve(0.05)
+
+    import threading
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with pytest.raises(rumor.FingerprintMismatch,
+                       match=r"parameter 2: ours fc.weight shape 9 x 32, theirs fc.weight shape 8 x 32"):
+        opt_c.join(8)
+    stop[0] = True
+    t.join(5)
+    a.close()
+    c.close()
+
+
+def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
+    torch.manual_seed(3)
+    models = [Tiny() for _ in range(3)]
+    peers = [rumor.Peer(exchange_timeout=1.0, seed=1)]
+    opts = [rt.GossipOptimizer(torch.optim.SGD(models[0].parameters(), lr=0.05), peers[0], model=models[0])]
+    for i in (1, 2):  # a peer listens once its model is bound: join through peer 0's address
+        peers.append(rumor.Peer(join=[peers[0].address], exchange_timeout=1.0, seed=1 + i))
+        opts.append(rt.GossipOptimizer(torch.optim.SGD(models[i].parameters(), lr=0.05), peers[i], model=models[i]))
+
+    def run(i):
+        opts[i].join(10)
+        x, y = data(10 + i)
+        end = time.monotonic() + 20
+        while peers[i].stats()["peers"] < 3 and time.monotonic() < end:
+            train_steps(opts[i], models[i], 1, x, y, 0.003)
+        if i == 2:  # goes on gossiping its broken model (its loss is not reported: see below)
+            with torch.no_grad():
+                models[i].fc.weight[0, 0] = float("nan")
+        losses = [train_steps(opts[i], models[i], 1, x, y, 0.003, report_loss=i != 2) for _ in range(150)]
+        return losses
+
+    results = run_threads([lambda i=i: run(i) for i in range(3)], 80)
+    for i in (0, 1):
+        for n, p in models[i].named_parameters():
+            assert torch.isfinite(p).all(), f"peer {i}: {n} took the NaN in"
+        assert len(results[i]) == 150 and all(math.isfinite(x) for x in results[i]), f"peer {i} stopped or broke"
+    rejected = sum(peers[i].stats()["rejected"] for i in (0, 1))
+    assert rejected > 0, "the healthy peers should have refused the NaN model"
+    assert sum(peers[i].stats()["exchanges"] for i in (0, 1)) > 0
+    # A peer that reports its non-finite loss stops exchanging, as rumor-peer does (exit 1).
+    x, y = data(12)
+    with pytest.raises(rumor.Diverged):
+        train_steps(opts[2], models[2], 2, x, y)
+    for p in peers:
+        p.close()
+
+
+def test_gossip_optimizer_two_peers_train_and_agree():
+    torch.manual_seed(4)
+    models = [Tiny(), Tiny()]
+    peers = [rumor.Peer(local_steps=2, staleness=2, seed=1)]
+    opts = [rt.GossipOptimizer(torch.optim.Adam(models[0].parameters(), lr=0.01), peers[0], model=models[0],
+                               samples_per_step=32)]
+    peers.append(rumor.Peer(join=[peers[0].address], local_steps=2, staleness=2, seed=2))
+    opts.append(rt.GossipOptimizer(torch.optim.Adam(models[1].parameters(), lr=0.01), peers[1], model=models[1],
+                                   samples_per_step=32))
+    x, y = data(20)
+
+    def run(i):
+        opts[i].join(10)
+        first = train_steps(opts[i], models[i], 1, x, y)
+        last = train_steps(opts[i], models[i], 120, x, y, 0.002)
+        opts[i].serve(1.0)
+        return first, last
+
+    res = run_threads([lambda i=i: run(i) for i in range(2)], 60)
+    for first, last in res:
+        assert last < first * 0.8
+    flat = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy() for m in models]
+    assert rel_distance(flat[0], flat[1]) < 0.05
+    for p in peers:
+        s = p.stats()
+        assert s["exchanges"] > 10 and s["samples"] == 121 * 32
+        p.close()
