@@ -131,6 +131,18 @@ inline std::vector<std::string> metric_lines(const std::filesystem::path& p, con
   return out;
 }
 
+// Polls until `pred` holds or `timeout_s` passes; returns the seconds it took, or -1.
+template <class F>
+double wait_until(F pred, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pred()) return t;
+    if (t > timeout_s) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // A numeric field of one JSON line (flat objects only).
 inline double field(const std::string& line, const std::string& key) {
   const std::string k = "\"" + key + "\":";

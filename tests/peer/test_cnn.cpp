@@ -15,15 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 const std::string kCnn = "cnn:c8k3p1,p2,f32";
 
-template <class F>
-bool wait_until(F pred, double timeout_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!pred()) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
 }  // namespace
 
 TEST_CASE("cnn swarm: a joiner receives the CNN's state, the pair trains, a CNN checkpoint resumes") {
@@ -35,7 +26,7 @@ TEST_CASE("cnn swarm: a joiner receives the CNN's state, the pair trains, a CNN 
               "p0", "--settle", "0"},
              d / "log0");
   REQUIRE(!p0.listen_address().empty());
-  REQUIRE(wait_until([&] { return metric_lines(d / "m0", "eval").size() >= 3; }, 40));
+  REQUIRE(0 <= wait_until([&] { return metric_lines(d / "m0", "eval").size() >= 3; }, 40));
   Process p1({"--data", "synthetic", "--model", kCnn, "--lr", "3e-3", "--shard", "2/2", "--steps", "1500", "--eval-every", "100",
               "--join", p0.listen_address(), "--metrics", (d / "m1").string(), "--name", "p1", "--settle", "0"},
              d / "log1");

@@ -18,17 +18,6 @@ std::vector<std::string> fast_detector() {
   return {"--probe-interval", "0.2", "--suspect-timeout", "1", "--exchange-timeout", "1"};
 }
 
-// Polls until `pred` holds or `timeout_s` passes; returns the seconds it took, or -1.
-template <class F>
-double wait_until(F pred, double timeout_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (true) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (pred()) return t;
-    if (t > timeout_s) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
 }  // namespace
 
 TEST_CASE("elastic: a joiner's first evaluation is within 2 points of its neighbours") {

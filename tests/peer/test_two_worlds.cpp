@@ -136,16 +136,6 @@ std::vector<float> read_floats(const fs::path& p) {
   return v;
 }
 
-template <class F>
-double wait_until(F pred, double timeout_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (true) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (pred()) return t;
-    if (t > timeout_s) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
 
 struct ProcessWorld {
   static Averaging average(int n) {
