@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <queue>
 #include <stdexcept>
 
 #include "core/check.hpp"
@@ -262,15 +261,7 @@ struct AlgorithmRun::Impl {
     } else if (s.algorithm == Algorithm::Diloco) {
       xbar = outer;
     }
-    if (s.workload == WorkloadKind::Quadratic) {
-      r.loss = work->quadratic_loss(xbar);
-      r.test_acc = 0;
-    } else {
-      xbar_f.assign(xbar.begin(), xbar.end());
-      const EvalResult e = work->evaluate(xbar_f);
-      r.loss = e.loss;
-      r.test_acc = e.accuracy;
-    }
+    sample_mean_model(r, *work, s.workload == WorkloadKind::Quadratic, xbar, xbar_f);
     sample_peer_models(r, s.eval_peers, n, [&](std::size_t i) { return work->evaluate(peers[i]->params()); });
     return r;
   }

@@ -32,6 +32,19 @@ void sample_consensus(Sample& r, std::size_t n, const std::function<std::span<co
   r.consensus_distance = norm > 0 ? r.spread / std::sqrt(norm) : (dev > 0 ? std::numeric_limits<double>::infinity() : 0.0);
 }
 
+void sample_mean_model(Sample& r, Workload& work, bool quadratic, const std::vector<double>& xbar,
+                       std::vector<float>& scratch) {
+  if (quadratic) {
+    r.loss = work.quadratic_loss(xbar);
+    r.test_acc = 0;
+    return;
+  }
+  scratch.assign(xbar.begin(), xbar.end());
+  const EvalResult e = work.evaluate(scratch);
+  r.loss = e.loss;
+  r.test_acc = e.accuracy;
+}
+
 Sample Simulation::Impl::compute_sample(double t) {
   Sample r;
   r.time = t;
@@ -57,15 +70,7 @@ Sample Simulation::Impl::compute_sample(double t) {
   sample_consensus(
       r, set.size(), [&](std::size_t i) { return std::span<const float>(set[i]->model->params()); },
       [&](std::size_t i) { return static_cast<double>(peer_steps(*set[i])); }, xbar);
-  if (s.workload == WorkloadKind::Quadratic) {
-    r.loss = work->quadratic_loss(xbar);
-    r.test_acc = 0;
-  } else {
-    xbar_f.assign(xbar.begin(), xbar.end());
-    const EvalResult e = work->evaluate(xbar_f);
-    r.loss = e.loss;
-    r.test_acc = e.accuracy;
-  }
+  sample_mean_model(r, *work, s.workload == WorkloadKind::Quadratic, xbar, xbar_f);
   sample_peer_models(r, s.eval_peers, set.size(), [&](std::size_t i) { return work->evaluate(set[i]->model->params()); });
   return r;
 }

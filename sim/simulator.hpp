@@ -61,6 +61,10 @@ std::string timeseries_csv_of(const std::vector<Sample>& samples);
 // leaves their mean in `xbar` (double; sized to the models).
 void sample_consensus(Sample& r, std::size_t n, const std::function<std::span<const float>(std::size_t)>& model,
                       const std::function<double(std::size_t)>& steps, std::vector<double>& xbar);
+// Sets r.loss and r.test_acc of the mean model `xbar` (the quadratic's loss, or an evaluation
+// on the test set through `scratch`).
+void sample_mean_model(Sample& r, class Workload& work, bool quadratic, const std::vector<double>& xbar,
+                       std::vector<float>& scratch);
 void sample_peer_models(Sample& r, std::size_t eval_peers, std::size_t n,
                         const std::function<EvalResult(std::size_t)>& eval);
 
