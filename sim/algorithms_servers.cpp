@@ -1,5 +1,6 @@
 // The parameter-server baselines: the synchronous server's round time, and the asynchronous and
 // SSP servers as an event loop over the workers (docs/sim.md, "Algorithms").
+#include "core/timed_queue.hpp"
 #include "sim/algorithms_impl.hpp"
 
 namespace rumor::sim {
@@ -32,14 +33,12 @@ struct Ev {
   std::uint64_t seq;
   int kind;  // 0: gradient ready at the worker, 1: gradient arrives at the server, 2: model arrives at the worker
   std::uint32_t w;
-  bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
 void AlgorithmRun::Impl::run_async() {
   const double bw = server_bw(), lat = server_latency();
   const double bound = s.algorithm == Algorithm::PsSsp ? s.ps_staleness : INFINITY;
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q;
-  std::uint64_t seq = 0;
+  TimedQueue<Ev> q;  // the simulator's queue (core/timed_queue.hpp): same tie rule
   std::vector<char> waiting(n, 0);
   std::vector<double> wait_since(n, 0.0);
   double in_free = 0, out_free = 0;
@@ -49,7 +48,7 @@ void AlgorithmRun::Impl::run_async() {
     return static_cast<double>(B) / std::min(bw, s.classes[class_of_[w]].bandwidth);
   };
   const auto start_step = [&](std::uint32_t w, double t) {
-    q.push({t + step_time(w, t), seq++, 0, w});
+    q.push({t + step_time(w, t), 0, 0, w});
   };
   const auto min_clock = [&] { return *std::min_element(ps_clock.begin(), ps_clock.end()); };
   // The server sends its current model to w (a snapshot now; it arrives after the queue).
@@ -57,7 +56,7 @@ void AlgorithmRun::Impl::run_async() {
     std::copy(theta.begin(), theta.end(), peers[w]->params().begin());
     ps_version[w] = version;
     out_free = std::max(t, out_free) + link_time(w);
-    q.push({out_free + lat, seq++, 2, w});
+    q.push({out_free + lat, 0, 2, w});
     totals.bytes += B;
     ++totals.messages;
   };
@@ -67,8 +66,7 @@ void AlgorithmRun::Impl::run_async() {
   for (std::uint32_t w = 0; w < n; ++w) start_step(w, 0.0);
   std::uint32_t finished = 0;
   while (!q.empty() && finished < n) {
-    const Ev e = q.top();
-    q.pop();
+    const Ev e = q.pop();
     if (s.duration > 0 && e.t > s.duration) break;
     advance_to(e.t);
     if (e.kind == 0) {
@@ -77,7 +75,7 @@ void AlgorithmRun::Impl::run_async() {
       peers[e.w]->get_gradient(grads[e.w]);
       const double begin = std::max(e.t, in_free);
       in_free = begin + link_time(e.w);
-      q.push({in_free + lat, seq++, 1, e.w});
+      q.push({in_free + lat, 0, 1, e.w});
       totals.bytes += B;
       ++totals.messages;
       ++totals.steps;

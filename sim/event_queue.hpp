@@ -1,15 +1,14 @@
 // The simulator's event queue: a binary heap of small plain events ordered by (time, seq).
 //
-// Tie rule (docs/sim.md): events with equal virtual time run in the order they were scheduled
-// (`seq` is a counter that only grows), so a run is a pure function of the scenario and seed.
+// Tie rule (docs/sim.md, core/timed_queue.hpp): events with equal virtual time run in the order
+// they were scheduled, so a run is a pure function of the scenario and seed.
 // Events carry no pointers: bulky data (messages) lives in the simulator's slab and an event
 // holds its index, so pushing and popping never allocates once the heap has grown.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "core/check.hpp"
+#include "core/timed_queue.hpp"
 
 namespace rumor::sim {
 
@@ -35,29 +34,8 @@ struct Event {
   EventKind kind = EventKind::Start;
 };
 
-class EventQueue {
- public:
-  void push(Event e) {
-    e.seq = next_seq_++;
-    heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), later);
-  }
-  bool empty() const { return heap_.empty(); }
-  std::size_t size() const { return heap_.size(); }
-  const Event& top() const { return heap_.front(); }
-  Event pop() {
-    RUMOR_CHECK(!heap_.empty());
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    Event e = heap_.back();
-    heap_.pop_back();
-    return e;
-  }
-  std::uint64_t scheduled() const { return next_seq_; }
-
- private:
-  static bool later(const Event& a, const Event& b) { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
-  std::vector<Event> heap_;
-  std::uint64_t next_seq_ = 0;
-};
+// The simulator's queue (core/timed_queue.hpp): events carry no pointers, so pushing and
+// popping never allocates once the heap has grown.
+using EventQueue = TimedQueue<Event>;
 
 }  // namespace rumor::sim

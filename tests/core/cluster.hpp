@@ -1,17 +1,22 @@
-// An in-memory cluster of Gossip instances with virtual time (no sockets, no threads): a
-// stepping fixture in the spirit of raft's. Events are ordered by (time, sequence); messages
-// take `latency`; a crashed node's messages vanish and sends to it fail like a refused
-// connection; `cut` drops messages on chosen links (a partial partition).
+// An in-memory cluster of Gossip instances with virtual time (no sockets, no threads): core's
+// unit-test fixture, below PeerLoop (the whole peer is tested through Simulation::step() in
+// tests/sim and over both worlds in tests/peer/test_two_worlds.cpp). Events are ordered by
+// (time, sequence) in the simulator's own queue (core/timed_queue.hpp); messages take
+// `latency`; a crashed node's messages vanish and sends to it fail like a refused connection;
+// `cut` drops messages on chosen links (a partial partition). Hooks let a test train between
+// exchanges (`local_step`) or tamper with a node around each of its events (`before_event`,
+// `after_event`: a byzantine peer, tests/core/test_robust.cpp).
 #pragma once
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
-#include <queue>
 #include <set>
 
 #include "core/gossip.hpp"
 #include "core/mix.hpp"
 #include "core/serial.hpp"
+#include "core/timed_queue.hpp"
 
 namespace rumor::testing {
 using namespace rumor;
@@ -53,13 +58,11 @@ struct Cluster {
     PeerId peer, from;
     std::shared_ptr<Message> msg;
     std::uint64_t timer = 0;
-    bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
   };
   double now = 0, latency = 0.003, step_time = 0.001;
   bool stepping = true;  // false: no more steps, so no new exchanges; open ones complete
-  std::uint64_t seq = 0;
   std::set<std::pair<PeerId, PeerId>> cut;  // (from, to) links that drop everything
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q;
+  TimedQueue<Ev> q;
   std::map<PeerId, std::unique_ptr<Node>> nodes;
   GossipConfig cfg = [] {
     GossipConfig c;
@@ -67,7 +70,14 @@ struct Cluster {
     return c;
   }();
 
-  Node& add(const PeerId& id, std::vector<float> p, const std::vector<PeerId>& seeds, std::uint64_t seed) {
+  // Called on a node's step before Gossip hears of it (training between exchanges).
+  std::function<void(Node&)> local_step;
+  // Called around every event a live node handles.
+  std::function<void(Node&)> before_event, after_event;
+
+  // `first_step`: when the node's first step ends (default: one step_time from now).
+  Node& add(const PeerId& id, std::vector<float> p, const std::vector<PeerId>& seeds, std::uint64_t seed,
+            double first_step = -1) {
     auto n = std::make_unique<Node>();
     n->params = std::move(p);
     n->env.c = this;
@@ -78,31 +88,27 @@ struct Cluster {
     Node& ref = *n;
     nodes[id] = std::move(n);
     ref.g->start(seeds);
-    push({now + step_time, 0, 0, id, {}, nullptr});
+    push({first_step >= 0 ? first_step : now + step_time, 0, 0, id, {}, nullptr});
     return ref;
   }
-  void push(Ev e) {
-    e.seq = seq++;
-    q.push(std::move(e));
-  }
+  void push(Ev e) { q.push(std::move(e)); }
   double weighted_sum(std::size_t i) const {
     double s = 0;
     for (const auto& [id, n] : nodes) s += n->params[i];
     return s;
   }
-  // Runs until virtual time `until`; checks conservation of the parameter sum after each event
-  // when `check_sum` (exchanges only conserve it once both halves are applied, so the check is
-  // on the sum including the halves still in flight: tracked through `pending`).
+  // Runs until virtual time `until`.
   void run(double until) {
     while (!q.empty() && q.top().t <= until) {
-      Ev e = q.top();
-      q.pop();
+      const Ev e = q.pop();
       now = e.t;
       auto it = nodes.find(e.peer);
       if (it == nodes.end() || !it->second->alive) continue;
       Node& n = *it->second;
+      if (e.kind == 0 && !stepping) continue;
+      if (before_event) before_event(n);
       if (e.kind == 0) {
-        if (!stepping) continue;
+        if (local_step) local_step(n);
         ++n.clock;
         n.g->on_step_done(n.clock, n.clock * 10);
         push({now + step_time, 0, 0, e.peer, {}, nullptr});
@@ -113,6 +119,7 @@ struct Cluster {
       } else {
         n.g->on_send_failed(e.from, "connection refused");
       }
+      if (after_event) after_event(n);
     }
     now = until;
   }

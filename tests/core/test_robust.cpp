@@ -2,18 +2,18 @@
 // cluster where one byzantine peer speaks the protocol correctly but sends huge, NaN or
 // flipped parameters. Honest peers minimise sum_i 0.5 ||x - c_i||^2 (each its own c_i) by local
 // steps plus gossip; they must stay bounded and reach the honest optimum as if the byzantine
-// peer were not there. No sockets, no threads, virtual time.
+// peer were not there. No sockets, no threads, virtual time (core's test cluster, cluster.hpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
-#include <queue>
 
 #include "core/gossip.hpp"
 #include "core/mix.hpp"
 #include "core/robust.hpp"
+#include "cluster.hpp"
 
 using namespace rumor;
 
@@ -153,60 +153,27 @@ namespace {
 // distance rule; its pull per exchange is bounded by the radius. docs/security.md.)
 enum class Attack { None, Huge, NaN, Flip };
 
-struct Swarm;
-
-struct SwarmEnv final : Env {
-  Swarm* s = nullptr;
-  PeerId self;
-  Rng r{1};
-  std::vector<ProtocolEvent> events;
-  double now() const override;
-  void send(const PeerId& to, Message msg) override;
-  void set_timer(double d, std::uint64_t id) override;
-  void disconnect(const PeerId&) override {}
-  Rng& rng() override { return r; }
-  void event(const ProtocolEvent& e) override { events.push_back(e); }
-};
-
-struct Peer {
-  std::vector<float> x, target;
-  SwarmEnv env;
-  std::unique_ptr<Gossip> g;
-  bool byzantine = false;
-  std::uint64_t clock = 0;
-};
-
+// The honest peers and the byzantine one as nodes of core's test cluster (cluster.hpp): honest
+// nodes take a gradient step towards their own target before each step; the byzantine node's
+// parameters are poison around every event it handles (whatever it mixed in, it sends poison).
 struct Swarm {
-  struct Ev {
-    double t;
-    std::uint64_t seq;
-    int kind;  // 0 step, 1 deliver, 2 timer
-    PeerId peer, from;
-    std::shared_ptr<Message> msg;
-    std::uint64_t timer = 0;
-    bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
-  };
   static constexpr std::size_t kDim = 64;
-  double now = 0, latency = 0.003, step_time = 0.01, lr = 0.05;
-  std::uint64_t seq = 0;
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q;
-  std::map<PeerId, std::unique_ptr<Peer>> peers;
+  double lr = 0.05;
+  testing::Cluster c;
+  std::map<PeerId, std::vector<float>> target;  // honest nodes only
   Attack attack = Attack::None;
   std::vector<double> optimum = std::vector<double>(kDim, 0.0);  // mean of the honest targets
   double max_honest_norm = 0;  // the largest honest ||x|| ever seen
 
-  void push(Ev e) {
-    e.seq = seq++;
-    q.push(std::move(e));
-  }
+  bool byzantine(const testing::Node& n) const { return !target.count(n.env.self); }
 
-  void poison(Peer& p) const {
+  void poison(std::vector<float>& x) const {
     for (std::size_t j = 0; j < kDim; ++j) {
       switch (attack) {
         case Attack::None: break;
-        case Attack::Huge: p.x[j] = 1e30f; break;
-        case Attack::NaN: p.x[j] = std::numeric_limits<float>::quiet_NaN(); break;
-        case Attack::Flip: p.x[j] = static_cast<float>(-20.0 * optimum[j]); break;
+        case Attack::Huge: x[j] = 1e30f; break;
+        case Attack::NaN: x[j] = std::numeric_limits<float>::quiet_NaN(); break;
+        case Attack::Flip: x[j] = static_cast<float>(-20.0 * optimum[j]); break;
       }
     }
   }
@@ -214,78 +181,53 @@ struct Swarm {
   // `honest` peers with random targets around a common centre, plus one byzantine peer unless
   // the attack is None. Everyone joins through h0 and starts from the same initial model.
   Swarm(int honest, Attack a, bool robust, std::uint64_t seed) : attack(a) {
-    GossipConfig cfg;
-    cfg.robust.enabled = robust;
+    c.cfg = GossipConfig{};
+    c.cfg.robust.enabled = robust;
+    c.step_time = 0.01;
     Rng rng(seed);
     std::vector<float> init(kDim);
     for (auto& v : init) v = static_cast<float>(rng.normal());
-    std::vector<std::vector<float>> targets;
     for (int i = 0; i < honest; ++i) {
       std::vector<float> t(kDim);
       for (std::size_t j = 0; j < kDim; ++j) t[j] = static_cast<float>(3.0 + rng.normal());
       for (std::size_t j = 0; j < kDim; ++j) optimum[j] += t[j] / honest;
-      targets.push_back(std::move(t));
+      target["h" + std::to_string(i)] = std::move(t);
     }
+    c.local_step = [this](testing::Node& n) {
+      if (byzantine(n)) return;
+      const auto& t = target.at(n.env.self);
+      for (std::size_t j = 0; j < kDim; ++j) n.params[j] -= static_cast<float>(lr * (n.params[j] - t[j]));
+    };
+    c.before_event = [this](testing::Node& n) {
+      if (byzantine(n)) poison(n.params);
+    };
+    c.after_event = [this](testing::Node& n) {
+      if (byzantine(n)) poison(n.params);
+      else max_honest_norm = std::max(max_honest_norm, all_finite(n.params) ? l2_norm(n.params) : INFINITY);
+    };
     const int n = honest + (a == Attack::None ? 0 : 1);
     for (int i = 0; i < n; ++i) {
       const PeerId id = i < honest ? "h" + std::to_string(i) : "byz";
-      auto p = std::make_unique<Peer>();
-      p->x = init;
-      p->byzantine = i >= honest;
-      p->target = p->byzantine ? init : targets[static_cast<std::size_t>(i)];
-      p->env.s = this;
-      p->env.self = id;
-      p->env.r = Rng(seed * 100 + static_cast<std::uint64_t>(i));
-      p->g = std::make_unique<Gossip>(p->env, cfg, MemberDigest{id, 0, MemberState::Alive, 0}, "fp", p->x);
-      Peer& ref = *p;
-      peers[id] = std::move(p);
-      ref.g->start(i ? std::vector<PeerId>{"h0"} : std::vector<PeerId>{});
-      push({step_time * (1.0 + 0.1 * i), 0, 0, id, {}, nullptr});
+      c.add(id, init, i ? std::vector<PeerId>{"h0"} : std::vector<PeerId>{}, seed * 100 + static_cast<std::uint64_t>(i),
+            c.step_time * (1.0 + 0.1 * i));
     }
   }
 
-  void run(double until) {
-    while (!q.empty() && q.top().t <= until) {
-      Ev e = q.top();
-      q.pop();
-      now = e.t;
-      Peer& p = *peers.at(e.peer);
-      if (p.byzantine) poison(p);  // whatever it mixed in, it sends poison
-      if (e.kind == 0) {
-        if (!p.byzantine)
-          for (std::size_t j = 0; j < kDim; ++j) p.x[j] -= static_cast<float>(lr * (p.x[j] - p.target[j]));
-        ++p.clock;
-        p.g->on_step_done(p.clock, p.clock * 10);
-        push({now + step_time, 0, 0, e.peer, {}, nullptr});
-      } else if (e.kind == 1) {
-        p.g->on_message(e.from, *e.msg);
-      } else {
-        p.g->on_timer(e.timer);
-      }
-      if (p.byzantine) poison(p);
-      else max_honest_norm = std::max(max_honest_norm, all_finite(p.x) ? l2_norm(p.x) : INFINITY);
-    }
-    now = until;
-  }
+  void run(double until) { c.run(until); }
 
   // The worst relative distance of an honest model from the honest optimum.
   double worst_error() const {
     const std::vector<float> opt(optimum.begin(), optimum.end());
     double worst = 0;
-    for (const auto& [id, p] : peers)
-      if (!p->byzantine) worst = std::max(worst, all_finite(p->x) ? relative_distance(p->x, opt) : INFINITY);
+    for (const auto& [id, n] : c.nodes)
+      if (!byzantine(*n)) worst = std::max(worst, all_finite(n->params) ? relative_distance(n->params, opt) : INFINITY);
     return worst;
-  }
-  double optimum_norm() const {
-    double s = 0;
-    for (double v : optimum) s += v * v;
-    return std::sqrt(s);
   }
   GossipStats honest_stats() const {
     GossipStats t;
-    for (const auto& [id, p] : peers) {
-      if (p->byzantine) continue;
-      const auto& s = p->g->stats();
+    for (const auto& [id, n] : c.nodes) {
+      if (byzantine(*n)) continue;
+      const auto& s = n->g->stats();
       t.exchanges += s.exchanges + s.answered;
       t.rejected += s.rejected;
       t.robust_clipped += s.robust_clipped;
@@ -294,12 +236,6 @@ struct Swarm {
     return t;
   }
 };
-
-double SwarmEnv::now() const { return s->now; }
-void SwarmEnv::send(const PeerId& to, Message msg) {
-  s->push({s->now + s->latency, 0, 1, to, self, std::make_shared<Message>(std::move(msg))});
-}
-void SwarmEnv::set_timer(double d, std::uint64_t id) { s->push({s->now + d, 0, 2, self, {}, nullptr, id}); }
 
 }  // namespace
 
