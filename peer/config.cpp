@@ -51,12 +51,12 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_model)->check(CLI::Range(1, 1 << 20))->capture_default_str();
 
   auto* g_stop = "When to stop (the first reached)";
-  app.add_option("--epochs", c.epochs, "Passes over this peer's shard")
+  app.add_option("--epochs", c.loop.epochs, "Passes over this peer's shard")
       ->group(g_stop)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--steps", c.steps, "Local optimizer steps (overrides --epochs)")->group(g_stop);
-  app.add_option("--duration", c.duration_s, "Wall-clock seconds (overrides --epochs)")
+  app.add_option("--steps", c.loop.steps, "Local optimizer steps (overrides --epochs)")->group(g_stop);
+  app.add_option("--duration", c.loop.duration_s, "Wall-clock seconds (overrides --epochs)")
       ->group(g_stop)->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", c.eval_every,
+  app.add_option("--eval-every", c.loop.eval_every,
                  "Evaluate on the test set every STEPS local steps (default: once per epoch; always at start and end)")
       ->group(g_stop);
 
@@ -65,37 +65,37 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_net)->capture_default_str();
   app.add_option("--join", c.join, "Any live members to join through, HOST:PORT[,HOST:PORT...] (none: start a new swarm)")
       ->group(g_net)->delimiter(',');
-  app.add_option("--join-timeout", c.join_timeout_s,
+  app.add_option("--join-timeout", c.loop.gossip.join_timeout_s,
                  "Keep retrying the --join list (every second) this long for a member to answer, then exit 1; "
                  "a peer listed in its own --join list starts the swarm instead (cluster peers start in any order)")
       ->group(g_net)->check(CLI::Range(0.01, 1e9))->capture_default_str();
-  app.add_option("--local-steps", c.local_steps, "Exchange parameters every H local steps")
+  app.add_option("--local-steps", c.loop.gossip.local_steps, "Exchange parameters every H local steps")
       ->group(g_net)->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))->capture_default_str();
   app.add_option("--mix-weight", c.mix_weight, "Averaging weights: uniform, or samples (by samples processed)")
       ->group(g_net)->check(CLI::IsMember({"uniform", "samples"}))->capture_default_str();
-  app.add_option("--exchange-timeout", c.exchange_timeout_s, "Seconds an exchange may take before it is given up")
+  app.add_option("--exchange-timeout", c.loop.gossip.exchange_timeout_s, "Seconds an exchange may take before it is given up")
       ->group(g_net)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
-  app.add_option("--suspect-timeout", c.suspect_timeout_s,
+  app.add_option("--suspect-timeout", c.loop.gossip.suspect_timeout_s,
                  "Seconds a suspected peer has to refute before it is declared dead")
       ->group(g_net)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
 
-  app.add_option("--settle", c.settle_s,
+  app.add_option("--settle", c.loop.settle_s,
                  "After training, keep averaging with neighbours (no training) for up to SEC seconds, so the "
                  "peers finish close to the swarm's average model; 0 disables")
       ->group(g_net)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
-  app.add_option("--settle-max", c.settle_max_s,
+  app.add_option("--settle-max", c.loop.settle_max_s,
                  "While a peer in the view is still training (behind our step count), settle up to SEC seconds, so "
                  "the last to finish still has neighbours to average with (at least --settle)")
       ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
 
-  app.add_option("--probe-interval", c.probe_interval_s,
+  app.add_option("--probe-interval", c.loop.gossip.probe_interval_s,
                  "SWIM failure detector period: a silent peer is probed, then suspected, then dead after --suspect-timeout")
       ->group(g_net)->check(CLI::Range(0.01, 60.0))->capture_default_str();
-  app.add_option("--min-peers", c.min_peers,
+  app.add_option("--min-peers", c.loop.min_peers,
                  "Start training only when this many peers (this one included) are in the view (peers starting a swarm "
                  "together: they share the initialisation, so no state transfer)")
       ->group(g_net)->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--min-peers-timeout", c.min_peers_timeout_s, "Train anyway after waiting this long for --min-peers")
+  app.add_option("--min-peers-timeout", c.loop.min_peers_timeout_s, "Train anyway after waiting this long for --min-peers")
       ->group(g_net)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   std::string staleness = "inf";
   app.add_option("--staleness", staleness,
@@ -106,32 +106,32 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_net)->check(CLI::IsMember({"none", "fp16", "int8", "topk"}))->capture_default_str();
 
   auto* g_tune = "Protocol tuning (defaults suit most runs; rumor-sim's gossip.* keys of the same names)";
-  app.add_option("--probe-timeout", c.probe_timeout_s,
+  app.add_option("--probe-timeout", c.loop.gossip.probe_timeout_s,
                  "Seconds a SWIM ping has before indirect probes (default: min(0.25, --probe-interval / 2))")
       ->group(g_tune)->check(CLI::Range(0.001, 60.0));
-  app.add_option("--max-in-flight", c.max_in_flight, "Exchanges this peer may have open at once (1 or 2; core/gossip.hpp says why not more)")
+  app.add_option("--max-in-flight", c.loop.gossip.max_in_flight, "Exchanges this peer may have open at once (1 or 2; core/gossip.hpp says why not more)")
       ->group(g_tune)->check(CLI::Range(1, 2))->capture_default_str();
-  app.add_option("--stream-exchanges", c.stream_exchanges,
+  app.add_option("--stream-exchanges", c.loop.gossip.stream_exchanges,
                  "Send the request header before the parameters, so the reply travels meanwhile (false: one-shot exchanges)")
       ->group(g_tune)->capture_default_str();
-  app.add_option("--topk-fraction", c.topk_fraction, "--codec topk: fraction of the coordinates averaged per exchange")
+  app.add_option("--topk-fraction", c.loop.gossip.topk_fraction, "--codec topk: fraction of the coordinates averaged per exchange")
       ->group(g_tune)->check(CLI::Range(1e-6, 1.0))->capture_default_str();
-  app.add_option("--failure-backoff", c.failure_backoff_s, "Skip a peer whose exchange failed for SEC x failures (capped at 8x)")
+  app.add_option("--failure-backoff", c.loop.gossip.failure_backoff_s, "Skip a peer whose exchange failed for SEC x failures (capped at 8x)")
       ->group(g_tune)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
-  app.add_option("--suspect-after", c.suspect_after, "Suspect a peer after this many failed exchanges in a row")
+  app.add_option("--suspect-after", c.loop.gossip.suspect_after_failures, "Suspect a peer after this many failed exchanges in a row")
       ->group(g_tune)->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_option("--join-retry", c.join_retry_s, "Seconds between join requests to the --join members until one answers")
+  app.add_option("--join-retry", c.loop.gossip.join_retry_s, "Seconds between join requests to the --join members until one answers")
       ->group(g_tune)->check(CLI::Range(0.01, 600.0))->capture_default_str();
-  app.add_option("--digest-limit", c.digest_limit, "Members piggybacked on every message (membership gossip)")
+  app.add_option("--digest-limit", c.loop.gossip.digest_limit, "Members piggybacked on every message (membership gossip)")
       ->group(g_tune)->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--state-timeout", c.state_timeout_s, "Seconds a state-transfer chunk may take before another member is asked")
+  app.add_option("--state-timeout", c.loop.gossip.state_timeout_s, "Seconds a state-transfer chunk may take before another member is asked")
       ->group(g_tune)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
-  app.add_option("--leave-timeout", c.leave_timeout_s, "Seconds a leaving peer waits for one member to take its model before trying another")
+  app.add_option("--leave-timeout", c.loop.gossip.leave_timeout_s, "Seconds a leaving peer waits for one member to take its model before trying another")
       ->group(g_tune)->check(CLI::Range(0.01, 3600.0))->capture_default_str();
-  app.add_option("--state-wait", c.state_wait_s,
+  app.add_option("--state-wait", c.loop.state_wait_s,
                  "A joiner that has not received the swarm's model after SEC seconds trains from its own initialisation")
       ->group(g_tune)->check(CLI::Range(0.0, 86400.0))->capture_default_str();
-  app.add_option("--leave-wait", c.leave_wait_s, "On SIGTERM, exit after SEC seconds even if no member took the model")
+  app.add_option("--leave-wait", c.loop.leave_wait_s, "On SIGTERM, exit after SEC seconds even if no member took the model")
       ->group(g_tune)->check(CLI::Range(0.0, 3600.0))->capture_default_str();
 
   auto* g_trust = "Trust (docs/security.md)";
@@ -144,13 +144,13 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--tls-key", c.tls_key, "TLS 1.3: the private key of --tls-cert (PEM)")->group(g_trust);
   app.add_option("--tls-ca", c.tls_ca, "TLS 1.3: the CA certificate (PEM) every member's certificate must be signed by")
       ->group(g_trust);
-  app.add_flag("--robust", c.robust,
+  app.add_flag("--robust", c.loop.gossip.robust.enabled,
                "Robust mixing: a neighbour's model far beyond the distances the swarm has been showing is clipped, "
                "or refused (non-finite parameters are always refused)")
       ->group(g_trust);
-  app.add_option("--robust-clip", c.robust_clip, "With --robust: clip beyond this many typical distances")
+  app.add_option("--robust-clip", c.loop.gossip.robust.clip_factor, "With --robust: clip beyond this many typical distances")
       ->group(g_trust)->check(CLI::Range(1.0, 1e6))->capture_default_str();
-  app.add_option("--robust-refuse", c.robust_refuse,
+  app.add_option("--robust-refuse", c.loop.gossip.robust.refuse_factor,
                  "With --robust: refuse beyond this many typical distances (0: never refuse, only clip)")
       ->group(g_trust)->check(CLI::Range(0.0, 1e12))->capture_default_str();
 
@@ -204,7 +204,7 @@ ParseResult parse_command_line(int argc, char** argv) {
     return {std::nullopt, rc == 0 ? 0 : 2};
   }
   if (app.count("--steps") || app.count("--duration")) {
-    if (!app.count("--epochs")) c.epochs = 0;  // explicit step/time budgets replace the default
+    if (!app.count("--epochs")) c.loop.epochs = 0;  // explicit step/time budgets replace the default
   }
   if (c.resume && c.checkpoint_dir.empty()) {
     std::cerr << "rumor-peer: --resume needs --checkpoint DIR\nUsage: rumor-peer [OPTIONS]   (rumor-peer --help lists every flag)\n";
@@ -212,7 +212,7 @@ ParseResult parse_command_line(int argc, char** argv) {
   }
   try {
     if (staleness == "inf" || staleness == "infinity") {
-      c.staleness = INFINITY;
+      c.loop.gossip.staleness = INFINITY;
     } else {
       std::size_t pos = 0;
       double v = -1;
@@ -222,12 +222,14 @@ ParseResult parse_command_line(int argc, char** argv) {
       }
       if (pos != staleness.size() || !(v >= 0) || !std::isfinite(v) || v != std::floor(v))
         throw std::invalid_argument("bad --staleness '" + staleness + "': expected a whole number of steps >= 0, or inf");
-      c.staleness = v;
+      c.loop.gossip.staleness = v;
     }
+    c.loop.gossip.codec = parse_codec(c.codec);
+    c.loop.gossip.mix_weight = c.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
     const int tls_given = !c.tls_cert.empty() + !c.tls_key.empty() + !c.tls_ca.empty();
     if (tls_given != 0 && tls_given != 3)
       throw std::invalid_argument("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
-    if (c.robust_refuse != 0 && c.robust_refuse < c.robust_clip)
+    if (c.loop.gossip.robust.refuse_factor != 0 && c.loop.gossip.robust.refuse_factor < c.loop.gossip.robust.clip_factor)
       throw std::invalid_argument("--robust-refuse must be 0 or at least --robust-clip");
     parse_host_port(c.listen, "--listen", true);
     for (const auto& j : c.join) parse_host_port(j, "--join", false);

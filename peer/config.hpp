@@ -8,8 +8,19 @@
 #include <vector>
 
 #include "core/optimizer.hpp"
+#include "core/peer_loop.hpp"
 
 namespace rumor::peer {
+
+// rumor-peer's defaults where they differ from core's: 5 epochs; --join retried for 120 s,
+// not forever; the probe timeout derived from --probe-interval (LoopSettings::resolved()).
+inline LoopSettings daemon_loop() {
+  LoopSettings ls;
+  ls.epochs = 5;
+  ls.gossip.join_timeout_s = 120;
+  ls.gossip.probe_timeout_s = NAN;
+  return ls;
+}
 
 struct Config {
   // Data
@@ -21,50 +32,24 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   std::size_t batch = 64;
-  // When to stop: the first of these that is set and reached (default 5 epochs).
-  double epochs = 5;
-  std::uint64_t steps = 0;      // 0 = not set
-  double duration_s = 0;        // 0 = not set
-  std::uint64_t eval_every = 0; // 0 = once per epoch
-  // Network and gossip
+  // The loop and the protocol: every knob of core's LoopSettings / GossipConfig that rumor-sim
+  // sets (docs/sim.md gossip.* keys) has a flag bound straight to its field here (config.cpp),
+  // so the daemon has no mapping of its own. Defaults are core's, except where daemon_loop()
+  // says otherwise. The stop rules: the first that is set and reached (default 5 epochs).
+  LoopSettings loop = daemon_loop();
+  // Network and gossip (what LoopSettings does not hold)
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> join;     // HOST:PORT of any live members
-  double join_timeout_s = 120;       // keep retrying --join this long, then exit 1 (peers start in any order)
-  std::uint64_t local_steps = 1;     // H
   std::string mix_weight = "uniform";
-  double exchange_timeout_s = 5.0;
-  double suspect_timeout_s = 5.0;
-  std::size_t min_peers = 1;         // wait for this many members (self included) before training
-  double min_peers_timeout_s = 120;  // then train anyway
-  double probe_interval_s = 0.5;      // SWIM probe period
-  // Protocol tuning: every knob of core's GossipConfig / LoopSettings that rumor-sim sets
-  // (docs/sim.md gossip.* keys) has a flag here, with the same default.
-  double probe_timeout_s = NAN;       // NaN: min(0.25, probe_interval / 2)
-  std::size_t max_in_flight = 2;
-  bool stream_exchanges = true;
-  double topk_fraction = 0.01;
-  double failure_backoff_s = 1.0;
-  int suspect_after = 3;
-  double join_retry_s = 1.0;
-  std::size_t digest_limit = 32;
-  double state_timeout_s = 2.0;
-  double leave_timeout_s = 1.5;
-  double state_wait_s = 60;           // a joiner without the swarm's model by then trains from its own
-  double leave_wait_s = 4;            // a leaving peer exits by then without a LeaveAck
+  std::string codec = "none";
   std::string checkpoint_dir;        // --checkpoint DIR (off when empty)
   double checkpoint_every_s = 30;
   bool resume = false;
-  double settle_s = 3.0;             // after training: keep averaging (no training) up to this long
-  double settle_max_s = 60;          // ... and up to this long while a live peer is still training
-  double staleness = INFINITY;       // --staleness TAU ("inf" = fully asynchronous)
-  std::string codec = "none";
   double throttle = 1.0;             // run this many times slower
   // Trust (docs/security.md)
   std::string swarm_key_path;             // --swarm-key FILE; empty: an open swarm
   std::string tls_cert, tls_key, tls_ca;  // TLS 1.3 with mutual certificates: all three or none
-  bool robust = false;                    // --robust: clip or refuse far-off models
-  double robust_clip = 8.0;               // clip beyond this many typical distances
-  double robust_refuse = 64.0;            // refuse beyond this many (0: never)
+  // --robust, --robust-clip, --robust-refuse: loop.gossip.robust
   // Where the math runs
   std::string device = "cpu";
   int threads = 1;

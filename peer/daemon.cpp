@@ -98,7 +98,7 @@ int Daemon::run() {
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
   if (tc.schedule.kind == "cosine" && tc.schedule.total_steps == 0)
     tc.schedule.total_steps =
-        cfg_.steps ? cfg_.steps : static_cast<std::uint64_t>(std::ceil(cfg_.epochs * steps_per_epoch));
+        cfg_.loop.steps ? cfg_.loop.steps : static_cast<std::uint64_t>(std::ceil(cfg_.loop.epochs * steps_per_epoch));
   Trainer trainer(tc, shard, shard->dim, outputs);
   log_->info("{}: {} rows ({} partition), test {} rows, model {} ({} parameters), {} lr {} batch {}, device {}; loaded in {:.1f} s",
              shard->name, shard->rows, partition.str(), task.test.rows, trainer.model().fingerprint(),
@@ -129,42 +129,12 @@ int Daemon::run() {
   }
 
   // The network and the loop: listening from here on.
-  LoopSettings ls;
-  GossipConfig& gc = ls.gossip;
-  gc.local_steps = cfg_.local_steps;
-  gc.mix_weight = cfg_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
-  gc.codec = parse_codec(cfg_.codec);
-  gc.staleness = cfg_.staleness;
-  gc.topk_fraction = cfg_.topk_fraction;
-  gc.max_in_flight = cfg_.max_in_flight;
-  gc.stream_exchanges = cfg_.stream_exchanges;
-  gc.exchange_timeout_s = cfg_.exchange_timeout_s;
-  gc.failure_backoff_s = cfg_.failure_backoff_s;
-  gc.suspect_after_failures = cfg_.suspect_after;
-  gc.suspect_timeout_s = cfg_.suspect_timeout_s;
-  gc.join_retry_s = cfg_.join_retry_s;
-  gc.join_timeout_s = cfg_.join_timeout_s;
-  gc.digest_limit = cfg_.digest_limit;
-  gc.probe_interval_s = cfg_.probe_interval_s;
-  gc.probe_timeout_s = cfg_.probe_timeout_s;  // NaN (the default): derived, LoopSettings::resolved()
-  gc.state_timeout_s = cfg_.state_timeout_s;
-  gc.leave_timeout_s = cfg_.leave_timeout_s;
+  // The flags are bound to LoopSettings' own fields (config.cpp); what is left is the one
+  // decision that depends on how this peer starts.
+  LoopSettings ls = cfg_.loop;
   // A resumed peer continues from its own saved model; peers starting a swarm together
   // (--min-peers) share their initialisation, so neither fetches the swarm's state.
-  gc.fetch_state = !cfg_.resume && cfg_.min_peers <= 1;
-  gc.robust.enabled = cfg_.robust;
-  gc.robust.clip_factor = cfg_.robust_clip;
-  gc.robust.refuse_factor = cfg_.robust_refuse;
-  ls.steps = cfg_.steps;
-  ls.epochs = cfg_.epochs;  // 0 when --steps or --duration replaced the default (config.cpp)
-  ls.duration_s = cfg_.duration_s;
-  ls.eval_every = cfg_.eval_every;
-  ls.min_peers = cfg_.min_peers;
-  ls.min_peers_timeout_s = cfg_.min_peers_timeout_s;
-  ls.state_wait_s = cfg_.state_wait_s;
-  ls.leave_wait_s = cfg_.leave_wait_s;
-  ls.settle_s = cfg_.settle_s;
-  ls.settle_max_s = cfg_.settle_max_s;
+  ls.gossip.fetch_state = !cfg_.resume && cfg_.loop.min_peers <= 1;
   RuntimeOptions ro;
   ro.listen = cfg_.listen;
   ro.join = cfg_.join;
@@ -196,53 +166,23 @@ int Daemon::run() {
                           {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
                           {"t_offset", metrics.elapsed()},
                           {"device", trainer.backend().name()}});
-  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.local_steps, cfg_.codec,
-             bounded_str(cfg_.staleness), cfg_.mix_weight,
+  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.loop.gossip.local_steps, cfg_.codec,
+             bounded_str(cfg_.loop.gossip.staleness), cfg_.mix_weight,
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());
-  if (cfg_.robust)
-    log_->info("robust mixing: models beyond {} typical distances are clipped, beyond {} refused", cfg_.robust_clip,
-               cfg_.robust_refuse > 0 ? fmt::format("{}", cfg_.robust_refuse) : std::string("never"));
-  if (cfg_.min_peers > 1)
-    log_->info("waiting for {} peers before training (up to {:.0f} s)", cfg_.min_peers, cfg_.min_peers_timeout_s);
+  if (cfg_.loop.gossip.robust.enabled)
+    log_->info("robust mixing: models beyond {} typical distances are clipped, beyond {} refused", cfg_.loop.gossip.robust.clip_factor,
+               cfg_.loop.gossip.robust.refuse_factor > 0 ? fmt::format("{}", cfg_.loop.gossip.robust.refuse_factor) : std::string("never"));
+  if (cfg_.loop.min_peers > 1)
+    log_->info("waiting for {} peers before training (up to {:.0f} s)", cfg_.loop.min_peers, cfg_.loop.min_peers_timeout_s);
   rt.start(resume_view);
 
   PeerLoop& loop = rt.loop();
   Gossip& gossip = rt.gossip();
-  const bool bounded = std::isfinite(cfg_.staleness);
+  const bool bounded = std::isfinite(cfg_.loop.gossip.staleness);
   EvalResult last;
   auto evaluate = [&](const char* why) {
     last = trainer.evaluate(task.test);
-    const LoopStats& ls = loop.stats();
-    const double sps = ls.interval_seconds > 0 ? static_cast<double>(ls.interval_samples) / ls.interval_seconds : 0.0;
-    const net::TransportStats ts = rt.transport_stats();
-    const std::uint64_t peers = gossip.view().live_count() + 1;
-    const GossipStats& gs = gossip.stats();
-    log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}{}",
-               trainer.epochs_done(), trainer.steps(), last.loss, last.accuracy, sps, peers,
-               static_cast<double>(ts.bytes_sent) / 1e6, loop.exchanges(), why);
-    metrics.write("eval", {{"step", trainer.steps()},
-                           {"epoch", trainer.epochs_done()},
-                           {"loss", last.loss},
-                           {"test_acc", last.accuracy},
-                           {"samples_per_s", sps},
-                           {"bytes_sent", ts.bytes_sent},
-                           {"bytes_recv", ts.bytes_recv},
-                           {"exchanges", loop.exchanges()},
-                           {"exchanges_failed", gs.failed},
-                           {"exchanges_declined", gs.declined},
-                           {"rejected", gs.rejected + rt.transport_rejected()},
-                           {"consensus_distance", gs.last_distance},
-                           {"peers", peers},
-                           {"codec", cfg_.codec},
-                           {"payload_bytes_sent", gs.payload_bytes_sent},
-                           {"payloads_sent", gs.payloads_sent},
-                           {"stale", gs.stale},
-                           {"waits", ls.waits},
-                           {"wait_s", ls.wait_seconds},
-                           {"max_gap", ls.max_gap},
-                           {"robust_clipped", gs.robust_clipped},
-                           {"robust_refused", gs.robust_refused}});
-    loop.reset_interval();
+    rt.report_eval(trainer.steps(), trainer.epochs_done(), last.loss, last.accuracy, why);
   };
 
   auto last_checkpoint = Clock::now();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <thread>
 
+#include "core/codec.hpp"
 #include "core/env.hpp"
 #include "net/transport.hpp"
 #include "peer/config.hpp"
@@ -133,6 +134,40 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
       log_.info("left the swarm in {:.2f} s{}", e.seconds, e.reason.empty() ? "" : " (" + e.reason + ")");
       break;
   }
+}
+
+void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note) {
+  PeerLoop& loop = *loop_;
+  const LoopStats& ls = loop.stats();
+  const double sps = ls.interval_seconds > 0 ? static_cast<double>(ls.interval_samples) / ls.interval_seconds : 0.0;
+  const net::TransportStats ts = transport_stats();
+  const GossipStats& gs = loop.gossip().stats();
+  const std::uint64_t peers = loop.gossip().view().live_count() + 1;
+  log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}{}",
+             epoch, step, loss, test_acc, sps, peers, static_cast<double>(ts.bytes_sent) / 1e6, loop.exchanges(), note);
+  metrics_.write("eval", {{"step", step},
+                          {"epoch", epoch},
+                          {"loss", loss},
+                          {"test_acc", test_acc},
+                          {"samples_per_s", sps},
+                          {"bytes_sent", ts.bytes_sent},
+                          {"bytes_recv", ts.bytes_recv},
+                          {"exchanges", loop.exchanges()},
+                          {"exchanges_failed", gs.failed},
+                          {"exchanges_declined", gs.declined},
+                          {"rejected", gs.rejected + transport_rejected_},
+                          {"consensus_distance", gs.last_distance},
+                          {"peers", peers},
+                          {"codec", codec_name(loop.settings().gossip.codec)},
+                          {"payload_bytes_sent", gs.payload_bytes_sent},
+                          {"payloads_sent", gs.payloads_sent},
+                          {"stale", gs.stale},
+                          {"waits", ls.waits},
+                          {"wait_s", ls.wait_seconds},
+                          {"max_gap", ls.max_gap},
+                          {"robust_clipped", gs.robust_clipped},
+                          {"robust_refused", gs.robust_refused}});
+  loop.reset_interval();
 }
 
 Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopModel& model, MetricsWriter& metrics,

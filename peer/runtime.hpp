@@ -80,6 +80,10 @@ class Runtime {
   // Why the transport last refused a connection (e.g. "model fingerprint mismatch: ours '..',
   // theirs '..'"), empty if it never did: the Python module's join() names it.
   const std::string& last_rejection() const { return last_rejection_; }
+  // One evaluation, reported the same way by rumor-peer and the Python module: the log line
+  // and the "eval" metrics line (docs/metrics.md); then a new samples/s interval begins.
+  // `note` is appended to the log line.
+  void report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note = "");
   // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
   void close(double flush_s = 1.0);
 

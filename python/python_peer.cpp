@@ -236,34 +236,7 @@ void Node::report(double test_acc, double loss, double epoch) {
   check_process();
   last_acc_ = test_acc;
   last_loss_ = loss;
-  PeerLoop& loop = rt_->loop();
-  const LoopStats& ls = loop.stats();
-  const double sps = ls.interval_seconds > 0 ? static_cast<double>(ls.interval_samples) / ls.interval_seconds : 0.0;
-  const net::TransportStats ts = rt_->transport_stats();
-  const GossipStats& g = loop.gossip().stats();
-  const std::uint64_t peers = loop.gossip().view().live_count() + 1;
-  log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}",
-             epoch, steps_, loss, test_acc, sps, peers, static_cast<double>(ts.bytes_sent) / 1e6, loop.exchanges());
-  metrics_->write("eval", {{"step", steps_},
-                           {"epoch", epoch},
-                           {"loss", loss},
-                           {"test_acc", test_acc},
-                           {"samples_per_s", sps},
-                           {"bytes_sent", ts.bytes_sent},
-                           {"bytes_recv", ts.bytes_recv},
-                           {"exchanges", loop.exchanges()},
-                           {"exchanges_failed", g.failed},
-                           {"rejected", g.rejected + rt_->transport_rejected()},
-                           {"consensus_distance", g.last_distance},
-                           {"peers", peers},
-                           {"codec", o_.codec},
-                           {"payload_bytes_sent", g.payload_bytes_sent},
-                           {"payloads_sent", g.payloads_sent},
-                           {"stale", g.stale},
-                           {"waits", ls.waits},
-                           {"wait_s", ls.wait_seconds},
-                           {"max_gap", ls.max_gap}});
-  loop.reset_interval();
+  rt_->report_eval(steps_, epoch, loss, test_acc);
 }
 
 std::map<std::string, double> Node::stats() const {
