@@ -90,11 +90,37 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   log_->info("listening on {}{}; model {} ({} parameters)", rt_->id(), o_.join.empty() ? " (new swarm)" : "",
              o_.fingerprint, o_.size);
   rt_->start();
+  returned_at_ = rt_->now();
+  responder_ = std::make_unique<std::thread>([this] { respond(); });
+}
+
+// Every entry point from Python: holds mu_ (the responder waits), and on the way out records
+// whether the user's loop owns the buffer now and when it left.
+struct Node::Entry {
+  Node& n;
+  std::unique_lock<std::mutex> lk;
+  bool user_owns_after;
+  Entry(Node& node, bool owns_after) : n(node), lk(node.mu_), user_owns_after(owns_after) {}
+  ~Entry() {
+    n.user_owns_ = user_owns_after;
+    if (n.rt_) n.returned_at_ = n.rt_->now();
+  }
+};
+
+void Node::respond() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    wake_.wait_for(lk, std::chrono::duration<double>(kRespondPoll), [this] { return stop_responder_; });
+    if (stop_responder_) return;
+    if (user_owns_ || closed_ || rt_->now() - returned_at_ < kRespondAfter) continue;
+    if (rt_->drain()) ++background_drains_;
+  }
 }
 
 Node::~Node() {
   if (::getpid() != pid_) {
     // A forked child: the runtime's threads and sockets are the parent's. Leak it.
+    (void)responder_.release();
     (void)rt_.release();
     (void)metrics_.release();
     return;
@@ -150,6 +176,7 @@ bool Node::until_step(double timeout_s, const std::function<bool()>& give_up) {
 
 JoinResult Node::join(double timeout_s) {
   check_process();
+  Entry entry(*this, true);  // the Python side copies the buffer out next
   JoinResult r;
   // A seed that trains another model refuses us at the handshake: no point waiting further
   // while no member has let us in.
@@ -189,12 +216,14 @@ void Node::throw_not_ready(const char* what, double timeout_s) {
 
 bool Node::begin_step(double wait_timeout_s) {
   check_process();
+  Entry entry(*this, true);  // the local update and the copy-in follow
   if (!until_step(wait_timeout_s)) throw_not_ready("the peer could not start a step", wait_timeout_s);
   return take_delta();
 }
 
 bool Node::end_step(double loss, double seconds, std::uint64_t samples, double wait_timeout_s) {
   check_process();
+  Entry entry(*this, false);  // between steps: the responder answers for us
   shadow_current_ = false;  // the buffer now holds the live parameters
   ++steps_;
   samples_ += samples;
@@ -206,6 +235,7 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
 
 bool Node::serve(double seconds) {
   check_process();
+  Entry entry(*this, false);
   const auto t0 = Clock::now();
   double last_idle = -1;
   for (;;) {
@@ -234,12 +264,14 @@ bool Node::serve(double seconds) {
 
 void Node::report(double test_acc, double loss, double epoch) {
   check_process();
+  std::lock_guard<std::mutex> lk(mu_);
   last_acc_ = test_acc;
   last_loss_ = loss;
   rt_->report_eval(steps_, epoch, loss, test_acc);
 }
 
-std::map<std::string, double> Node::stats() const {
+std::map<std::string, double> Node::stats() {
+  std::lock_guard<std::mutex> lk(mu_);
   std::map<std::string, double> s;
   const auto& g = rt_->loop().gossip().stats();
   s["steps"] = static_cast<double>(steps_);
@@ -257,12 +289,23 @@ std::map<std::string, double> Node::stats() const {
   const auto ts = rt_->transport_stats();
   s["bytes_sent"] = static_cast<double>(ts.bytes_sent);
   s["bytes_recv"] = static_cast<double>(ts.bytes_recv);
+  s["background_drains"] = static_cast<double>(background_drains_);
   return s;
 }
 
 void Node::close(double timeout_s) {
   if (closed_ || !rt_) return;
   if (::getpid() != pid_) throw ForkedChild("close the peer in the process that created it");
+  if (responder_) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_responder_ = true;
+    }
+    wake_.notify_all();
+    responder_->join();
+    responder_.reset();
+  }
+  std::lock_guard<std::mutex> lk(mu_);
   closed_ = true;
   const auto t0 = Clock::now();
   // Leave: announce and hand the model over (the loop bounds it by leave_wait_s; we by timeout_s).

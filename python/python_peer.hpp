@@ -19,12 +19,15 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <condition_variable>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/peer_loop.hpp"
@@ -120,7 +123,7 @@ class Node final : public LoopModel {
   // One "eval" metrics line (what the Python loop measured, with the peer's counters), so that
   // examples/report.py summarises Python peers like C++ ones; the last one goes into "done".
   void report(double test_acc, double loss, double epoch);
-  std::map<std::string, double> stats() const;
+  std::map<std::string, double> stats();
   // Graceful leave (announce, hand the model over), then stop the network; returns within
   // about timeout_s. Idempotent.
   void close(double timeout_s);
@@ -137,6 +140,26 @@ class Node final : public LoopModel {
   bool take_delta();
   // until_step() failed: Diverged, left, or WaitTimeout with what the loop is waiting for.
   [[noreturn]] void throw_not_ready(const char* what, double timeout_s);
+
+  // Between steps (after end_step(), serve() or report() returned, until the next
+  // begin_step()) the user's loop may be busy for long (an evaluation, a checkpoint): a
+  // background thread then hands queued inputs to Gossip, so exchanges, probes and state
+  // requests are answered instead of timing out. It never runs Python code and never calls
+  // next(): it only drains, under mu_, which every entry point holds too. The buffer is the
+  // user's from begin_step() (or join()) until end_step(); the responder waits meanwhile.
+  void respond();
+  static constexpr double kRespondAfter = 0.02;  // the user's loop away this long: answer for it
+  static constexpr double kRespondPoll = 0.005;  // how often the responder looks
+  // The scope of an entry point: holds mu_; on the way out says who owns the buffer now.
+  struct Entry;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::unique_ptr<std::thread> responder_;
+  bool stop_responder_ = false;
+  bool user_owns_ = true;  // the user's loop may write the buffer: the responder stays off
+  double returned_at_ = 0; // env time the last entry point returned
+  std::uint64_t background_drains_ = 0;  // drains by the responder that handed inputs over
 
   NodeOptions o_;
   pid_t pid_;

@@ -223,9 +223,9 @@ class Peer:
     def serve(self, seconds):
         """Averages with the swarm for `seconds` without training (GIL released): answers
         exchanges, state transfers to joiners and probes, and starts exchanges itself (at most
-        one per 10 ms, as a settling rumor-peer does). A peer otherwise handles the network only
-        inside its steps, so call this while your loop does something long (evaluation,
-        checkpoints), or after training so that the peers end close to the swarm's average.
+        one per 10 ms, as a settling rumor-peer does). Between steps a peer answers the swarm in
+        the background anyway (docs/python.md); call this after training so that the peers end
+        close to the swarm's average.
         Returns the change mixed into the buffer meanwhile (as begin_step()), or None."""
         return self._bound().serve(float(seconds))
 

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -106,7 +107,7 @@ def test_python_and_cpp_peer_average_exactly(tmp_path):
     log = open(tmp_path / "cpp.log", "w")
     cpp = subprocess.Popen([RUMOR_PEER, "--data", "synthetic", "--model", "logreg", "--lr", "0", "--duration", "3",
                             "--min-peers", "2", "--init-seed", "7", "--join", py.address, "--save-params", str(out),
-                            "--exchange-timeout", "1"], stderr=log, stdout=subprocess.DEVNULL)
+                            "--exchange-timeout", "1", "--settle-max", "3"], stderr=log, stdout=subprocess.DEVNULL)
     try:
         py.join(10)
         cpp_init = _rumor.dense_init("logreg", 64, 10, 7)
@@ -156,9 +157,55 @@ def test_a_python_peer_killed_with_sigkill_does_not_stall_the_others(children, t
 
     took = run_threads([lambda p=p, i=i: run(p, i == 0) for i, p in enumerate(others)], 75)
     assert max(took) < 25, f"150 steps after the kill took {max(took):.1f} s"
+    # Every view first, then the closes: a closing peer leaves, and the others (answering in the
+    # background between steps) would see it go.
+    alive = [p.peer.stats()["alive"] for p in others]
+    assert alive == [3, 3, 3], f"the killed peer should be suspect or dead in every view: alive {alive}"
     for p in others:
-        assert p.peer.stats()["alive"] == 3, "the killed peer should be suspect or dead in every view"
         p.peer.close()
+
+
+def test_a_peer_busy_between_steps_still_answers_the_swarm():
+    """A long evaluation (here: 3 s of pure Python holding the GIL) between two steps: the peer
+    answers exchanges and probes in the background, so its neighbour's exchanges with it do not
+    time out (exchange_timeout 1 s), it is not suspected, and what was mixed in meanwhile
+    reaches the live parameters at the next step."""
+    n = 300
+    a = RawPeer(n, 41, wait_timeout=30)
+    b = RawPeer(n, 42, join=[a.address], wait_timeout=30)
+    stop = [False]
+
+    def run_a():
+        a.join(10)
+        drift = np.full(n, 1e-3, dtype=np.float32)  # a trains: its model moves away from b's
+        while not stop[0]:
+            a.step(drift)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=run_a, daemon=True)
+    t.start()
+    try:
+        b.join(10)
+        for _ in range(20):
+            b.step()
+            time.sleep(0.002)
+        before = a.peer.stats()
+        answered_before = b.peer.stats()["answered"]
+        end = time.monotonic() + 3.0
+        x = 0
+        while time.monotonic() < end:  # the "evaluation": never releases the GIL for long
+            x += 1
+        after = a.peer.stats()
+        mixed = b.peer.begin_step()  # the next step: what was mixed in while busy
+    finally:
+        stop[0] = True
+        t.join(10)
+    assert after["failed"] == before["failed"], "exchanges with the busy peer timed out"
+    assert after["alive"] == 2, "the busy peer was suspected"
+    assert b.peer.stats()["answered"] > answered_before + 10, "the busy peer answered nothing in 3 s"
+    assert mixed is not None and np.abs(mixed).max() > 0
+    a.peer.close()
+    b.peer.close()
 
 
 def test_a_joiner_gets_the_swarm_state_before_its_first_step():
