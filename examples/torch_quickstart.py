@@ -130,7 +130,9 @@ def worker(a):
             if a.eval_every >= 0 and step % every == 0 and step < total:
                 report(*evaluate(model, xte, yte), step / steps_per_epoch)
     if peer:
-        opt.serve(a.settle)  # others may still be training: keep averaging with them a moment
+        # Keep averaging a moment, and while another peer is still training (up to --settle-max),
+        # so that the first to finish still takes in the others' last steps.
+        opt.serve(a.settle, max_seconds=a.settle_max)
     acc, l = evaluate(model, xte, yte)
     report(acc, l, step / steps_per_epoch)
     rumor_s = opt.rumor_seconds if peer else 0.0
@@ -156,8 +158,9 @@ def launch(a):
                "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
-               "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle),
-               "--eval-every-epochs", str(a.eval_every_epochs), "--eval-every", str(a.eval_every),
+               "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
+               "--eval-every-epochs", str(a.eval_every_epochs),
+               "--eval-every", str(a.eval_every if k <= a.eval_peers else -1),
                "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
         if join:
             cmd += ["--join", join]
@@ -237,8 +240,11 @@ def main():
     ap.add_argument("--staleness", default="inf")
     ap.add_argument("--codec", default="none")
     ap.add_argument("--settle", type=float, default=2.0)
+    ap.add_argument("--settle-max", type=float, default=60.0)
     ap.add_argument("--eval-every-epochs", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--eval-peers", type=int, default=1 << 30,
+                    help="only peers 1..N evaluate during training (all evaluate at the end); default: all")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--timeout", type=float, default=3600)

@@ -107,16 +107,17 @@ PYBIND11_MODULE(_rumor, m) {
              return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
            })
       .def("serve",
-           [](py::object self, double seconds) -> py::object {
+           [](py::object self, double seconds, double max_seconds) -> py::object {
              Node& n = self.cast<Node&>();
              bool changed;
              {
                py::gil_scoped_release release;
-               changed = n.serve(seconds);
+               changed = n.serve(seconds, max_seconds);
              }
              if (!changed) return py::none();
              return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
-           })
+           },
+           py::arg("seconds"), py::arg("max_seconds") = 0.0)
       .def("report", &Node::report, py::arg("test_acc"), py::arg("loss"), py::arg("epoch"))
       .def("stats", &Node::stats)
       .def("close", &Node::close, py::arg("timeout"), py::call_guard<py::gil_scoped_release>())

@@ -233,7 +233,7 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
   return take_delta();
 }
 
-bool Node::serve(double seconds) {
+bool Node::serve(double seconds, double max_seconds) {
   check_process();
   Entry entry(*this, false);
   const auto t0 = Clock::now();
@@ -241,7 +241,8 @@ bool Node::serve(double seconds) {
   for (;;) {
     drain();
     const LoopAction a = rt_->loop().next();
-    const double left = seconds - since(t0);
+    const bool others_training = rt_->gossip().slowest_clock() < steps_;
+    const double left = (others_training ? std::max(seconds, max_seconds) : seconds) - since(t0);
     if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
     if (a.kind == LoopAction::Kind::Evaluate) continue;
     const double now = rt_->now();

@@ -118,7 +118,10 @@ class Node final : public LoopModel {
   bool end_step(double loss, double seconds, std::uint64_t samples, double wait_timeout_s);
   // Handles inputs for `seconds` without stepping (answers exchanges, state requests, probes).
   // True when the buffer changed meanwhile (delta()).
-  bool serve(double seconds);
+  // With max_seconds > seconds: keeps serving past `seconds`, up to max_seconds, while a live
+  // peer is still behind our clock (still training), as rumor-peer's --settle / --settle-max
+  // do, so that a peer that finished first still averages in the others' last steps.
+  bool serve(double seconds, double max_seconds = 0);
   std::span<const float> delta() const { return delta_; }
   // One "eval" metrics line (what the Python loop measured, with the peer's counters), so that
   // examples/report.py summarises Python peers like C++ ones; the last one goes into "done".

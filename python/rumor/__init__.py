@@ -220,14 +220,17 @@ class Peer:
         or leaves. Returns the change mixed in during that wait (as begin_step()), or None."""
         return self._bound().end_step(float(loss), float(seconds), int(samples), self.wait_timeout)
 
-    def serve(self, seconds):
+    def serve(self, seconds, max_seconds=0.0):
         """Averages with the swarm for `seconds` without training (GIL released): answers
         exchanges, state transfers to joiners and probes, and starts exchanges itself (at most
         one per 10 ms, as a settling rumor-peer does). Between steps a peer answers the swarm in
         the background anyway (docs/python.md); call this after training so that the peers end
-        close to the swarm's average.
+        close to the swarm's average. With max_seconds: keeps serving past `seconds`, up to
+        max_seconds, while a live peer is still behind this one's clock (still training), as
+        rumor-peer's --settle / --settle-max do, so that the first to finish still averages in
+        the others' last steps.
         Returns the change mixed into the buffer meanwhile (as begin_step()), or None."""
-        return self._bound().serve(float(seconds))
+        return self._bound().serve(float(seconds), float(max_seconds))
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """Writes an "eval" metrics line with what your loop measured (test accuracy, loss, epoch)

@@ -224,9 +224,9 @@ class _Sync:
             self.layout.add(delta)
         self.rumor_seconds += time.perf_counter() - self._t0
 
-    def serve(self, seconds):
+    def serve(self, seconds, max_seconds=0.0):
         self.layout.check(self.model)
-        delta = self.peer.serve(seconds)
+        delta = self.peer.serve(seconds, max_seconds)
         if delta is not None:
             self.layout.add(delta)
         self._last = None  # not training time
@@ -295,10 +295,11 @@ class GossipOptimizer:
         self._sync.after_update(loss, samples)
         return loss if closure is not None else out
 
-    def serve(self, seconds):
-        """Answers the swarm for `seconds` without training (see rumor.Peer.serve); what was
-        mixed in meanwhile is applied to the parameters."""
-        self._sync.serve(seconds)
+    def serve(self, seconds, max_seconds=0.0):
+        """Answers the swarm for `seconds` (up to max_seconds while a peer is still training)
+        without training (see rumor.Peer.serve); what was mixed in meanwhile is applied to the
+        parameters."""
+        self._sync.serve(seconds, max_seconds)
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """An "eval" metrics line (rumor.Peer.report); the time since the last step is not
@@ -356,9 +357,9 @@ class ParamAverager:
         self._sync.before_update()
         self._sync.after_update(loss, samples)
 
-    def serve(self, seconds):
+    def serve(self, seconds, max_seconds=0.0):
         """Answers the swarm for `seconds` without training (see rumor.Peer.serve)."""
-        self._sync.serve(seconds)
+        self._sync.serve(seconds, max_seconds)
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """An "eval" metrics line (rumor.Peer.report), as GossipOptimizer.report."""

@@ -208,6 +208,38 @@ def test_a_peer_busy_between_steps_still_answers_the_swarm():
     b.peer.close()
 
 
+def test_serve_keeps_going_while_a_peer_is_behind_up_to_max_seconds():
+    """serve(seconds, max_seconds): the first peer to finish keeps averaging while another is
+    still behind its clock (as rumor-peer's --settle-max), and stops once it caught up."""
+    n = 100
+    a = RawPeer(n, 51, min_peers=2, wait_timeout=30)
+    b = RawPeer(n, 52, join=[a.address], min_peers=2, wait_timeout=30)
+    took = [None, None]
+
+    def run_a():
+        a.join(10)
+        for _ in range(10):
+            a.step()
+        t0 = time.monotonic()
+        a.peer.serve(0.3)  # plain: b is behind, but 0.3 s it is
+        took[0] = time.monotonic() - t0
+        t0 = time.monotonic()
+        a.peer.serve(0.3, max_seconds=20)  # until b has caught up with our 10 steps
+        took[1] = time.monotonic() - t0
+
+    def run_b():
+        b.join(10)
+        for _ in range(15):  # passes a's clock after about 2 s
+            b.step()
+            time.sleep(0.2)
+
+    run_threads([run_a, run_b], 60)
+    assert took[0] < 1.0, took
+    assert 0.8 < took[1] < 10, took
+    a.peer.close()
+    b.peer.close()
+
+
 def test_a_joiner_gets_the_swarm_state_before_its_first_step():
     n = 500
     a = RawPeer(n, 31)
