@@ -51,6 +51,11 @@ def evals(path):
     return out
 
 
+def first_at_target(path, target):
+    """The first eval line of a metrics file with test_acc >= target, or None."""
+    return next((e for e in evals(path) if e["test_acc"] >= target), None)
+
+
 def reference(a):
     """Single process, whole training set: the quickstart's worker with one shard of one."""
     out, wall = run([sys.executable, QUICKSTART, "--worker", "--plain", "--peers", "1", "--shard", "1",
@@ -110,11 +115,8 @@ def main():
         for r in range(a.repeats):
             d = os.path.join(a.out, f"swarm{r}")
             s = swarm(a, d, ["--eval-every", str(a.eval_every)], a.timeout)
-            to_target = []
-            for k in range(1, a.peers + 1):
-                ev = evals(os.path.join(d, f"p{k}.jsonl"))
-                hit = [e["t"] for e in ev if e["test_acc"] >= a.target]
-                to_target.append(hit[0] if hit else math.nan)
+            hits = [first_at_target(os.path.join(d, f"p{k}.jsonl"), a.target) for k in range(1, a.peers + 1)]
+            to_target = [h["t"] if h else math.nan for h in hits]
             accs = [s[f"p{k}"]["test_acc"] for k in range(1, a.peers + 1)]
             runs.append({"final_acc": accs, "time_to_target_s": to_target,
                          "samples_per_s": [s[f"p{k}"]["samples_per_s"] for k in range(1, a.peers + 1)]})
@@ -135,14 +137,13 @@ def main():
         for r in range(a.repeats):
             d = os.path.join(a.out, f"race{r}")
             swarm(a, d, ["--eval-every", str(a.eval_every), "--eval-peers", "1"], a.timeout)
-            ev = evals(os.path.join(d, "p1.jsonl"))
-            hit = [e for e in ev if e["test_acc"] >= a.target]
+            hit = first_at_target(os.path.join(d, "p1.jsonl"), a.target)
             out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
                           str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
                           str(a.eval_every), "--seed", str(a.seed)], a.timeout)
             ddp = {l.split()[0]: l.split()[1] for l in out.splitlines() if l.startswith("ddp_") and " " in l}
-            race = {"rumor_p1_time_to_target_s": hit[0]["t"] if hit else math.nan,
-                    "rumor_p1_step_at_target": hit[0]["step"] if hit else math.nan,
+            race = {"rumor_p1_time_to_target_s": hit["t"] if hit else math.nan,
+                    "rumor_p1_step_at_target": hit["step"] if hit else math.nan,
                     "ddp_time_to_target_s": float(ddp["ddp_time_to_target_s"]),
                     "ddp_step_at_target": int(ddp["ddp_step_at_target"]),
                     "ddp_time_to_target_train_s": float(ddp["ddp_time_to_target_train_s"]),

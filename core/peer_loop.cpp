@@ -259,6 +259,8 @@ LoopAction PeerLoop::begin_leave() {
 // or settle_max_s while a live peer is behind our clock), nobody left, or settled (no live peer
 // behind our clock, and kSettledClose exchanges in a row with (numerically) the same model, or
 // kSettledInitiated started since settling began).
+bool PeerLoop::others_behind() const { return gossip_.slowest_clock() < model_.steps(); }
+
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
   idle_if_due(settle_tick_);
@@ -266,7 +268,7 @@ LoopAction PeerLoop::settle_next() {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
   }
-  const bool others_training = gossip_.slowest_clock() < model_.steps();
+  const bool others_training = others_behind();
   const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
                                             gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
   const double elapsed = now - phase_start_;

@@ -127,6 +127,9 @@ class PeerLoop {
   LoopPhase phase() const { return phase_; }
   const LoopStats& stats() const { return stats_; }
   const LoopSettings& settings() const { return s_; }
+  // A live member is behind our clock (still training): settling may go on up to settle_max_s
+  // (and the Python module's serve() up to its max_seconds).
+  bool others_behind() const;
   // Evaluations report samples/s over the interval since the previous one: the driver calls
   // this after reporting one.
   void reset_interval();

@@ -241,8 +241,7 @@ bool Node::serve(double seconds, double max_seconds) {
   for (;;) {
     drain();
     const LoopAction a = rt_->loop().next();
-    const bool others_training = rt_->gossip().slowest_clock() < steps_;
-    const double left = (others_training ? std::max(seconds, max_seconds) : seconds) - since(t0);
+    const double left = (rt_->loop().others_behind() ? std::max(seconds, max_seconds) : seconds) - since(t0);
     if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
     if (a.kind == LoopAction::Kind::Evaluate) continue;
     const double now = rt_->now();
