@@ -104,6 +104,9 @@ struct GossipConfig {
   // member, up to state_attempts times, then train from our own initialisation. A source that
   // has not trained yet (step 0) has nothing to give: the joiner keeps its own initialisation.
   bool fetch_state = true;
+  // After the model, also fetch the source's extra state (set_extra_state: the Python module's
+  // optimizer state), if it has one of at most max_extra_state_bytes().
+  bool fetch_extra_state = false;
   std::size_t state_chunk_floats = 1u << 18;  // 1 MiB chunks
   double state_timeout_s = 2.0;
   int state_attempts = 4;
@@ -160,6 +163,14 @@ class Gossip {
   // was given up). Until then we neither start nor answer exchanges.
   bool state_ready() const { return state_ready_; }
   std::optional<std::uint64_t> adopted_step() const { return adopted_step_; }
+  // Extra state: an opaque blob beside the model that a joiner receives after the parameters
+  // of the same snapshot (GossipConfig::fetch_extra_state) and that is never averaged (the
+  // Python module's optimizer state). The source sends the blob it was last given when the
+  // joiner's first request came; null: none. The joiner's copy is in received_extra_state()
+  // (null if the source had none, or one larger than max_extra_state_bytes()).
+  void set_extra_state(std::shared_ptr<const Bytes> blob) { extra_state_ = std::move(blob); }
+  const std::shared_ptr<const Bytes>& received_extra_state() const { return received_extra_; }
+  std::uint64_t max_extra_state_bytes() const { return 8 * params_.size() * sizeof(float) + (1u << 20); }
   // Graceful leave: announce, hand our model to a live neighbour, then left() turns true (on
   // its LeaveAck, or when nobody could take it). Without `handover` (a peer that finished and
   // settled: its model is the swarm's) it only announces, and left() is true at once.
@@ -314,10 +325,18 @@ class Gossip {
   struct Transfer {
     std::uint64_t id = 0;
     PeerId source;
-    std::uint64_t offset = 0;
+    std::uint64_t offset = 0;  // parameters fetched; in the extra part: bytes of it fetched
     int attempt = 0;
     std::vector<float> buffer;
+    bool extra = false;             // the parameters are in: fetching the extra state
+    std::uint64_t extra_total = 0;  // its size in the source's snapshot
+    std::uint64_t step = 0;         // the source's step at that snapshot
+    Bytes extra_buffer;
   };
+  // The number of the chunk the transfer waits for (its deadline timer names it).
+  std::uint64_t state_chunk_seq() const;
+  // The whole state is in: adopt the model, the step and the extra state (if any).
+  void finish_state_transfer(const PeerId& from, std::string note);
   std::optional<Transfer> transfer_;
   std::uint64_t next_transfer_id_ = 1;
   // State transfer, source side: snapshots by (joiner, transfer id), dropped after a while.
@@ -325,7 +344,9 @@ class Gossip {
     std::shared_ptr<const Bytes> params;
     std::uint64_t step;
     double created;
+    std::shared_ptr<const Bytes> extra;  // the extra state when the snapshot was taken
   };
+  std::shared_ptr<const Bytes> extra_state_, received_extra_;
   std::map<std::pair<PeerId, std::uint64_t>, Snapshot> snapshots_;
   // Graceful leave.
   bool leaving_ = false, left_ = false;

@@ -89,15 +89,25 @@ void Gossip::start_state_transfer(const PeerId& source) {
 
 void Gossip::request_state_chunk() {
   RUMOR_CHECK(transfer_.has_value());
-  const std::uint64_t count = std::min<std::uint64_t>(cfg_.state_chunk_floats, params_.size() - transfer_->offset);
-  env_.send(transfer_->source, make_message(StateRequestMsg{transfer_->id, transfer_->offset, count}));
-  // One deadline per chunk: the timer names the transfer and the offset it guards.
-  env_.set_timer(cfg_.state_timeout_s, timer_id(kStateTimeout, (transfer_->id << 32) | (transfer_->offset / cfg_.state_chunk_floats)));
+  StateRequestMsg r{transfer_->id, transfer_->offset, 0, transfer_->extra, cfg_.fetch_extra_state};
+  if (transfer_->extra)
+    r.count = std::min<std::uint64_t>(cfg_.state_chunk_floats * sizeof(float), transfer_->extra_total - transfer_->offset);
+  else
+    r.count = std::min<std::uint64_t>(cfg_.state_chunk_floats, params_.size() - transfer_->offset);
+  env_.send(transfer_->source, make_message(r));
+  // One deadline per chunk: the timer names the transfer and the chunk it guards.
+  env_.set_timer(cfg_.state_timeout_s, timer_id(kStateTimeout, (transfer_->id << 32) | state_chunk_seq()));
+}
+
+std::uint64_t Gossip::state_chunk_seq() const {
+  const std::uint64_t chunk = cfg_.state_chunk_floats;
+  if (!transfer_->extra) return transfer_->offset / chunk;
+  return (params_.size() + chunk - 1) / chunk + transfer_->offset / (chunk * sizeof(float));
 }
 
 void Gossip::on_state_timeout(std::uint64_t tag) {
   if (!transfer_ || state_ready_) return;
-  if ((tag >> 32) != transfer_->id || (tag & 0xFFFFFFFFu) != transfer_->offset / cfg_.state_chunk_floats) return;
+  if ((tag >> 32) != transfer_->id || (tag & 0xFFFFFFFFu) != (state_chunk_seq() & 0xFFFFFFFFu)) return;
   const PeerId failed = transfer_->source;
   env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, failed, "state transfer: no chunk within the deadline"));
   if (transfer_->attempt >= cfg_.state_attempts) {
@@ -119,7 +129,7 @@ void Gossip::on_state_request(const PeerId& from, const Message& msg) {
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
-  if (r.count == 0 || r.count > (1u << 24) || r.offset > params_.size() || r.count > params_.size() - r.offset)
+  if (r.count == 0 || r.count > (1u << 24) || (!r.extra && (r.offset > params_.size() || r.count > params_.size() - r.offset)))
     return reject(from, "state request for parameters [" + std::to_string(r.offset) + ", +" + std::to_string(r.count) +
                             ") outside the model's " + std::to_string(params_.size()));
   if (!state_ready_) return;  // we have no model worth giving yet: the joiner will retry elsewhere
@@ -128,14 +138,31 @@ void Gossip::on_state_request(const PeerId& from, const Message& msg) {
     it = now - it->second.created > kSnapshotLifetime ? snapshots_.erase(it) : std::next(it);
   const auto key = std::make_pair(from, r.transfer_id);
   auto it = snapshots_.find(key);
+  if (r.extra) {
+    // The extra state of the snapshot the parameters came from (gone: the joiner restarts).
+    if (it == snapshots_.end()) return;
+    const std::shared_ptr<const Bytes> x = it->second.extra;
+    const std::uint64_t size = x ? x->size() : 0;
+    if (r.offset > size || r.count > size - r.offset)
+      return reject(from, "state request for extra-state bytes [" + std::to_string(r.offset) + ", +" +
+                              std::to_string(r.count) + ") outside the snapshot's " + std::to_string(size));
+    auto chunk = std::make_shared<Bytes>(x->begin() + static_cast<std::ptrdiff_t>(r.offset),
+                                         x->begin() + static_cast<std::ptrdiff_t>(r.offset + r.count));
+    const StateChunkMsg c{r.transfer_id, r.offset, params_.size(), it->second.step, digest(), size, true};
+    if (r.offset + r.count == size) snapshots_.erase(it);  // the last chunk: done with it
+    env_.send(from, make_message(c, chunk));
+    return;
+  }
   if (it == snapshots_.end()) {
     if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
-    it = snapshots_.emplace(key, Snapshot{encode_params(params_), clock_, now}).first;
+    it = snapshots_.emplace(key, Snapshot{encode_params(params_), clock_, now, extra_state_}).first;
   }
   auto chunk = std::make_shared<Bytes>(r.count * sizeof(float));
   std::memcpy(chunk->data(), it->second.params->data() + r.offset * sizeof(float), chunk->size());
-  const StateChunkMsg c{r.transfer_id, r.offset, params_.size(), it->second.step, digest()};
-  if (r.offset + r.count == params_.size()) snapshots_.erase(it);  // the last chunk: done with it
+  const std::uint64_t extra_total = it->second.extra ? it->second.extra->size() : 0;
+  const StateChunkMsg c{r.transfer_id, r.offset, params_.size(), it->second.step, digest(), extra_total, false};
+  // The last parameter chunk: done with the snapshot, unless the joiner asks for its extra state next.
+  if (r.offset + r.count == params_.size() && !(r.want_extra && extra_total > 0)) snapshots_.erase(it);
   env_.send(from, make_message(c, chunk));
 }
 
@@ -146,7 +173,21 @@ void Gossip::on_state_chunk(const PeerId& from, const Message& msg) {
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
-  if (!transfer_ || state_ready_ || from != transfer_->source || c.transfer_id != transfer_->id) return;  // stale
+  if (!transfer_ || state_ready_ || from != transfer_->source || c.transfer_id != transfer_->id ||
+      c.extra != transfer_->extra)
+    return;  // stale
+  if (c.extra) {
+    const std::uint64_t n = msg.payload_size();
+    if (c.total != params_.size() || c.offset != transfer_->offset || c.extra_total != transfer_->extra_total ||
+        n == 0 || n > transfer_->extra_total - c.offset)
+      return reject(from, "extra-state chunk does not fit the transfer (offset " + std::to_string(c.offset) +
+                              ", " + std::to_string(n) + " of " + std::to_string(c.extra_total) + " bytes)");
+    heard_from(from);
+    std::memcpy(transfer_->extra_buffer.data() + c.offset, msg.payload->data(), n);
+    transfer_->offset += n;
+    if (transfer_->offset < transfer_->extra_total) return request_state_chunk();
+    return finish_state_transfer(from, "");
+  }
   const std::size_t count = msg.payload_size() / sizeof(float);
   if (c.total != params_.size() || c.offset != transfer_->offset || msg.payload_size() % sizeof(float) != 0 ||
       count == 0 || count > params_.size() - c.offset)
@@ -165,14 +206,34 @@ void Gossip::on_state_chunk(const PeerId& from, const Message& msg) {
   }
   std::copy(v.begin(), v.end(), transfer_->buffer.begin() + static_cast<std::ptrdiff_t>(c.offset));
   transfer_->offset += count;
+  transfer_->step = c.step;
   if (transfer_->offset < params_.size()) return request_state_chunk();
+  std::string note;
+  if (cfg_.fetch_extra_state && c.extra_total > 0) {
+    if (c.extra_total <= max_extra_state_bytes()) {
+      // The model is in; now the source's extra state of the same snapshot.
+      transfer_->extra = true;
+      transfer_->offset = 0;
+      transfer_->extra_total = c.extra_total;
+      transfer_->extra_buffer.assign(c.extra_total, 0);
+      return request_state_chunk();
+    }
+    note = "the source's extra state (" + std::to_string(c.extra_total) + " bytes) is over the limit of " +
+           std::to_string(max_extra_state_bytes()) + ": not taken";
+  }
+  finish_state_transfer(from, std::move(note));
+}
+
+void Gossip::finish_state_transfer(const PeerId& from, std::string note) {
   std::copy(transfer_->buffer.begin(), transfer_->buffer.end(), params_.begin());
-  adopted_step_ = c.step;
-  clock_ = c.step;
-  view_.self().clock = c.step;
+  const std::uint64_t step = transfer_->step;
+  if (transfer_->extra) received_extra_ = std::make_shared<const Bytes>(std::move(transfer_->extra_buffer));
+  adopted_step_ = step;
+  clock_ = step;
+  view_.self().clock = step;
   state_ready_ = true;
-  ProtocolEvent e = ev(ProtocolEvent::Kind::StateReceived, from);
-  e.other = c.step;
+  ProtocolEvent e = ev(ProtocolEvent::Kind::StateReceived, from, std::move(note));
+  e.other = step;
   transfer_.reset();
   env_.event(e);
 }

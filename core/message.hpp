@@ -17,9 +17,9 @@ namespace rumor {
 using PeerId = std::string;  // a peer's listen address "host:port" (the sim uses "p0", "p1", ...)
 using Bytes = std::vector<std::uint8_t>;
 
-// 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64
-// (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 3;
+// 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64;
+// 4: the state transfer can carry the source's extra state after the model (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 4;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)

@@ -50,19 +50,27 @@ struct PingReqMsg {
 };
 
 // State transfer: the joiner asks for `count` parameters from `offset` of the snapshot that
-// the source took at the first request of this transfer.
+// the source took at the first request of this transfer. After the parameters it may ask for
+// the source's extra state (`extra`: offset and count are then bytes of that blob): what the
+// application beside the model wants a joiner to start from, never averaged (the Python
+// module's optimizer state). `want_extra`: the joiner will ask for it (else the source can drop
+// its snapshot after the last parameter chunk).
 struct StateRequestMsg {
   std::uint64_t transfer_id = 0;
   std::uint64_t offset = 0, count = 0;
-  template <class A> void serialize(A& ar) { ar(transfer_id, offset, count); }
+  bool extra = false;
+  bool want_extra = false;
+  template <class A> void serialize(A& ar) { ar(transfer_id, offset, count, extra, want_extra); }
 };
 struct StateChunkMsg {
   std::uint64_t transfer_id = 0;
   std::uint64_t offset = 0, total = 0;
   std::uint64_t step = 0;  // the source's clock at its snapshot: the joiner's schedule position
   std::vector<MemberDigest> view;
-  template <class A> void serialize(A& ar) { ar(transfer_id, offset, total, step, view); }
-};  // payload: float32 values [offset, offset + count)
+  std::uint64_t extra_total = 0;  // bytes of extra state in the source's snapshot (0: none)
+  bool extra = false;             // this chunk is extra state (offset in bytes), not parameters
+  template <class A> void serialize(A& ar) { ar(transfer_id, offset, total, step, view, extra_total, extra); }
+};  // payload: float32 values [offset, offset + count), or extra-state bytes
 
 // Graceful leave. With a payload (dense float32), the receiver merges the model (hand-over) and
 // answers LeaveAck (a PingMsg with the same seq); without one it is an announcement.

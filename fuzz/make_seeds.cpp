@@ -63,8 +63,11 @@ std::vector<std::pair<std::string, Message>> sample_messages() {
   out.push_back({"ping", make_message(MsgType::Ping, PingMsg{5, view(), {}})});
   out.push_back({"ack", make_message(MsgType::Ack, PingMsg{5, view(), "127.0.0.1:7002"})});
   out.push_back({"ping_req", make_message(PingReqMsg{5, "127.0.0.1:7002", view()})});
-  out.push_back({"state_request", make_message(StateRequestMsg{1, 0, 4})});
-  out.push_back({"state_chunk", make_message(StateChunkMsg{1, 0, 4, 12, view()}, encode_params(params))});
+  out.push_back({"state_request", make_message(StateRequestMsg{1, 0, 4, false, true})});
+  out.push_back({"state_request_extra", make_message(StateRequestMsg{1, 0, 16, true, true})});
+  out.push_back({"state_chunk", make_message(StateChunkMsg{1, 0, 4, 12, view(), 16, false}, encode_params(params))});
+  out.push_back({"state_chunk_extra",
+                 make_message(StateChunkMsg{1, 0, 4, 12, view(), 16, true}, std::make_shared<const Bytes>(16, std::uint8_t{9}))});
   out.push_back({"leave", make_message(LeaveMsg{2, 12, 1.0, params.size(), view()}, encode_params(params))});
   return out;
 }

@@ -285,7 +285,13 @@ std::vector<MemberDigest> fuzz_view(Input& in) {
 // A message that passes the header decoders, so the handlers' own checks get exercised.
 Message structured_message(Input& in, PayloadCodec codec) {
   const std::uint8_t kind = in.u8();
-  switch (kind % 5) {
+  switch (kind % 6) {
+    case 5: {  // state transfer: requests and chunks, of the model or of the extra state
+      if (in.u8() & 1) return make_message(StateRequestMsg{in.u8() % 4u, in.u8(), in.u8(), (in.u8() & 1) != 0, (in.u8() & 1) != 0});
+      StateChunkMsg c{in.u8() % 4u, in.u8(), (in.u8() & 3) ? kFuzzParams : in.u8(), in.u16(), fuzz_view(in), in.u8(),
+                      (in.u8() & 1) != 0};
+      return make_message(c, payload_of(in.take(in.u16() % 512)));
+    }
     case 0:
     case 1: {
       ExchangeMsg h;
@@ -354,10 +360,13 @@ int gossip(const std::uint8_t* data, std::size_t size) {
   cfg.robust.enabled = mode & 4;
   cfg.staleness = (mode & 8) ? 2.0 : INFINITY;
   cfg.topk_fraction = 0.25;
+  cfg.fetch_extra_state = mode & 32;
+  cfg.state_chunk_floats = 4;  // several chunks, of the model and of the extra state
   std::vector<float> params(kFuzzParams);
   for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
   FuzzEnv env;
   Gossip g(env, cfg, MemberDigest{"127.0.0.1:1", 1, MemberState::Alive, 0}, "fp", params);
+  if (mode & 64) g.set_extra_state(std::make_shared<const Bytes>(40, std::uint8_t{7}));
   g.start((mode & 16) ? std::vector<PeerId>{"127.0.0.1:2"} : std::vector<PeerId>{});
   std::uint64_t clock = 0;
   for (int ops = 0; ops < 64 && !in.empty(); ++ops) {

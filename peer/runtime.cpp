@@ -86,7 +86,7 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
       metrics_.write(event_kind_name(e.kind), {{"peer", e.peer}});
       break;
     case K::StateReceived:
-      log_.info("state transfer from {} complete (step {})", e.peer, e.other);
+      log_.info("state transfer from {} complete (step {}){}{}", e.peer, e.other, e.reason.empty() ? "" : ": ", e.reason);
       metrics_.write("state_received", {{"peer", e.peer}, {"step", e.other}});
       break;
     case K::StateFailed:

@@ -118,6 +118,16 @@ PYBIND11_MODULE(_rumor, m) {
              return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
            },
            py::arg("seconds"), py::arg("max_seconds") = 0.0)
+      .def("set_extra_state",
+           [](Node& n, py::buffer blob) {
+             const py::buffer_info b = blob.request();
+             if (b.ndim != 1 || b.itemsize != 1 || b.strides[0] != 1)
+               throw std::invalid_argument("extra state must be a contiguous bytes-like object");
+             py::gil_scoped_release release;  // `blob` stays referenced meanwhile
+             n.set_extra_state(static_cast<const std::uint8_t*>(b.ptr), static_cast<std::size_t>(b.size));
+           },
+           py::arg("blob"))
+      .def("received_extra_state", [](Node& n) { return py::bytes(n.received_extra_state()); })
       .def("report", &Node::report, py::arg("test_acc"), py::arg("loss"), py::arg("epoch"))
       .def("stats", &Node::stats)
       .def("close", &Node::close, py::arg("timeout"), py::call_guard<py::gil_scoped_release>())

@@ -72,6 +72,7 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   ls.min_peers_timeout_s = o_.min_peers_timeout_s;  // then train anyway, as rumor-peer does
   // Peers starting a swarm together share their initialisation (as rumor-peer --min-peers).
   ls.gossip.fetch_state = o_.min_peers <= 1;
+  ls.gossip.fetch_extra_state = true;  // the optimizer state, when the source publishes one
   metrics_ = std::make_unique<peer::MetricsWriter>(o_.metrics_path);  // std::runtime_error naming the path
   rt_ = std::make_unique<peer::Runtime>(ro, ls.resolved(), *this, *metrics_, log_);
   // Gossip is about to handle inputs: keep the buffer as the live parameters last saw it.
@@ -139,6 +140,20 @@ void Node::check_process() const {
 }
 
 std::string Node::address() const { return rt_->id(); }
+
+void Node::set_extra_state(const std::uint8_t* data, std::size_t size) {
+  check_process();
+  auto b = size ? std::make_shared<const Bytes>(data, data + size) : nullptr;
+  std::lock_guard<std::mutex> lk(mu_);  // the responder may be answering a state request
+  rt_->gossip().set_extra_state(std::move(b));
+}
+
+std::string Node::received_extra_state() {
+  check_process();
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto& b = rt_->gossip().received_extra_state();
+  return b ? std::string(b->begin(), b->end()) : std::string();
+}
 
 void Node::drain() { rt_->drain(); }
 

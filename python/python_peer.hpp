@@ -123,6 +123,11 @@ class Node final : public LoopModel {
   // do, so that a peer that finished first still averages in the others' last steps.
   bool serve(double seconds, double max_seconds = 0);
   std::span<const float> delta() const { return delta_; }
+  // Extra state (core/gossip.hpp): a blob a joiner gets with our model, never averaged (the
+  // Python side publishes its optimizer state here); empty: none. received_extra_state(): what
+  // our own state transfer brought beside the model (empty if nothing).
+  void set_extra_state(const std::uint8_t* data, std::size_t size);
+  std::string received_extra_state();
   // One "eval" metrics line (what the Python loop measured, with the peer's counters), so that
   // examples/report.py summarises Python peers like C++ ones; the last one goes into "done".
   void report(double test_acc, double loss, double epoch);

@@ -237,6 +237,17 @@ class Peer:
         and the peer's counters, so examples/report.py shows Python peers like C++ ones."""
         self._bound().report(float(test_acc), float(loss), float(epoch))
 
+    def set_extra_state(self, blob):
+        """Publishes `blob` (bytes-like, copied) as this peer's extra state: what a joiner that takes
+        its model from us receives with it, from the same moment, and never averaged
+        (rumor.torch.GossipOptimizer publishes its optimizer state here). Empty: none."""
+        self._bound().set_extra_state(blob)
+
+    def received_extra_state(self):
+        """The extra state that our join brought with the swarm's model (bytes; empty if the member
+        we took the model from had none, or we took none)."""
+        return self._bound().received_extra_state()
+
     def stats(self):
         """Counters: steps, samples, exchanges (initiated + answered), failed, rejected, stale,
         peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv."""

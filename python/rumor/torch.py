@@ -15,8 +15,11 @@ The flat layout and the fingerprint (rumor/fingerprint.py):
 CPU tensors go through numpy views of the buffer (no copy but the one into place); CUDA tensors
 through a pinned host buffer, with an explicit synchronize before the C++ side reads it.
 """
+import json
 import math
+import struct
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -25,7 +28,8 @@ from torch import nn
 from . import Peer, RumorError
 from .fingerprint import dense_fingerprint, torch_fingerprint
 
-__all__ = ["GossipOptimizer", "ParamAverager", "ModelLayout", "ModelChanged"]
+__all__ = ["GossipOptimizer", "ParamAverager", "ModelLayout", "ModelChanged", "encode_optimizer_state",
+           "decode_optimizer_state", "OptimizerStateWarning"]
 
 
 class ModelChanged(RumorError, ValueError):
@@ -193,6 +197,140 @@ class ModelLayout:
             torch.cuda.synchronize()
 
 
+class OptimizerStateWarning(UserWarning):
+    """The optimizer state that came with the swarm's model could not be used (another optimizer,
+    another model, or bad values): the optimizer starts from a fresh state, training goes on."""
+
+
+# The optimizer state as it travels to a joiner (Peer.set_extra_state): never pickle, since a
+# joiner must be able to read what any member sends without running its code. The layout:
+#   _OPT_MAGIC, u32 LE header length, a JSON header, then the raw tensor bytes it describes.
+# Header: {"optimizer": class name, "params": how many parameters the optimizer updates,
+#          "tensors": [[param index, key, dtype, shape, byte offset, byte length], ...],
+#          "numbers": [[param index, key, value], ...]}
+# Parameters are numbered in the optimizer's param_groups order. Only tensors and plain numbers
+# travel (None and anything else, e.g. L-BFGS's lists, stay out).
+_OPT_MAGIC = b"RUMOR-OPTIM-1\n"
+_OPT_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+               "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32}
+
+
+def _opt_params(optimizer):
+    return [p for g in optimizer.param_groups for p in g["params"]]
+
+
+def encode_optimizer_state(optimizer):
+    """The optimizer's per-parameter state as bytes (see decode_optimizer_state), or b"" when it
+    has none yet (before its first step)."""
+    params = _opt_params(optimizer)
+    tensors, numbers, arrays, off = [], [], [], 0
+    for i, p in enumerate(params):
+        st = optimizer.state.get(p)
+        if not st:
+            continue
+        for key in sorted(k for k in st if isinstance(k, str)):
+            v = st[key]
+            if torch.is_tensor(v):
+                name = str(v.dtype).replace("torch.", "")
+                if name not in _OPT_DTYPES or v.is_sparse:
+                    continue
+                t = v.detach()
+                if t.dtype == torch.bfloat16:
+                    t = t.view(torch.int16)  # numpy has no bfloat16: the bits travel
+                a = t.to("cpu").contiguous().numpy()
+                tensors.append([i, key, name, list(v.shape), off, a.nbytes])
+                arrays.append(a)
+                off += a.nbytes
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                numbers.append([i, key, v])
+    if not tensors and not numbers:
+        return b""
+    header = json.dumps({"optimizer": type(optimizer).__name__, "params": len(params), "tensors": tensors,
+                         "numbers": numbers}, separators=(",", ":")).encode()
+    head = len(_OPT_MAGIC) + 4 + len(header)
+    out = bytearray(head + off)
+    out[:head] = _OPT_MAGIC + struct.pack("<I", len(header)) + header
+    dst = np.frombuffer(out, dtype=np.uint8)
+    for (_, _, _, _, o, n), a in zip(tensors, arrays):
+        dst[head + o:head + o + n] = a.reshape(-1).view(np.uint8)
+    return out
+
+
+def decode_optimizer_state(blob, optimizer):
+    """Reads what encode_optimizer_state wrote (another peer's, so checked as untrusted input):
+    returns {parameter: {key: value}} for `optimizer`'s parameters, tensors on their devices (a
+    one-element tensor, such as Adam's step, stays on the CPU as torch keeps it). Raises
+    ValueError saying what does not fit: another optimizer class, another number of parameters,
+    a tensor that is not the parameter's shape (or one element), a non-finite value, or a
+    malformed blob."""
+    blob = memoryview(blob).cast("B")
+    if bytes(blob[:len(_OPT_MAGIC)]) != _OPT_MAGIC:
+        raise ValueError("not a Rumor optimizer state (bad magic)")
+    pos = len(_OPT_MAGIC)
+    if len(blob) < pos + 4:
+        raise ValueError("optimizer state truncated in its header")
+    (hlen,) = struct.unpack("<I", blob[pos:pos + 4])
+    pos += 4
+    if hlen > len(blob) - pos:
+        raise ValueError(f"optimizer state header of {hlen} bytes runs past the end ({len(blob)} bytes)")
+    try:
+        h = json.loads(bytes(blob[pos:pos + hlen]).decode())
+        theirs, count, tensors, numbers = h["optimizer"], h["params"], h["tensors"], h["numbers"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f"optimizer state header is malformed ({e})") from None
+    data = blob[pos + hlen:]
+    ours = type(optimizer).__name__
+    if theirs != ours:
+        raise ValueError(f"the swarm's member uses optimizer {theirs!s:.64}, this peer {ours}")
+    params = _opt_params(optimizer)
+    if count != len(params):
+        raise ValueError(f"the member's optimizer updates {count!s:.32} parameters, this one {len(params)}")
+    state = {}
+
+    def slot(i, key):
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(params) or not isinstance(key, str):
+            raise ValueError(f"optimizer state entry for parameter {i!s:.32} / {key!s:.64} is out of range")
+        st = state.setdefault(params[i], {})
+        if key in st:
+            raise ValueError(f"optimizer state gives '{key:.64}' of parameter {i} twice")
+        return params[i], st
+
+    for e in tensors:
+        try:
+            i, key, dtype, shape, off, n = e
+            shape = tuple(int(d) for d in shape)
+        except (ValueError, TypeError):
+            raise ValueError(f"optimizer state tensor entry {str(e):.100} is malformed") from None
+        p, st = slot(i, key)
+        if dtype not in _OPT_DTYPES:
+            raise ValueError(f"'{key}' of parameter {i}: dtype {dtype!s:.32} is not one Rumor carries")
+        numel = math.prod(shape)
+        if any(d < 0 for d in shape) or not (shape == tuple(p.shape) or numel == 1):
+            raise ValueError(f"'{key}' of parameter {i} has shape {list(shape)}, the parameter {list(p.shape)}")
+        t = torch.empty(shape, dtype=_OPT_DTYPES[dtype])
+        width = t.element_size()
+        if not (isinstance(off, int) and isinstance(n, int) and 0 <= off and n == numel * width
+                and off + n <= len(data)):
+            raise ValueError(f"'{key}' of parameter {i}: bytes [{off!s:.20}, +{n!s:.20}) do not fit its "
+                             f"{numel} x {width} bytes inside the {len(data)} bytes of data")
+        raw = np.frombuffer(data[off:off + n], dtype=np.uint8).copy()
+        view = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+        view.reshape(-1).numpy().view(np.uint8)[:] = raw
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"'{key}' of parameter {i} holds non-finite values (NaN or Inf)")
+        st[key] = t if numel == 1 and shape != tuple(p.shape) or not p.is_cuda else t.to(p.device)
+    for e in numbers:
+        try:
+            i, key, v = e
+        except (ValueError, TypeError):
+            raise ValueError(f"optimizer state number entry {str(e):.100} is malformed") from None
+        p, st = slot(i, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"'{key}' of parameter {i}: {v!s:.32} is not a finite number")
+        st[key] = v
+    return state
+
+
 class _Sync:
     """The step protocol shared by GossipOptimizer and ParamAverager."""
 
@@ -261,9 +399,13 @@ class GossipOptimizer:
     model      the nn.Module (names its parameters for the fingerprint, finds the C++-compatible
                layout); None: the optimizer's parameters, in order.
     samples_per_step  samples in a batch (the "samples" mix weight and samples/s use it).
+    share_state_every  seconds between publications of the optimizer's state (momentum, Adam's
+               moments and step) to the peer, which sends the last one to a joiner that takes
+               its model from us; 0 or None: never (joiners then start their optimizer fresh).
     """
 
-    def __init__(self, optimizer, peer, model=None, loss="ce", fingerprint="auto", samples_per_step=1):
+    def __init__(self, optimizer, peer, model=None, loss="ce", fingerprint="auto", samples_per_step=1,
+                 share_state_every=1.0):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer")
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -274,15 +416,58 @@ class GossipOptimizer:
             if missing:
                 raise ValueError(f"the optimizer updates {len(missing)} tensor(s) that are not parameters of "
                                  "`model`: their values would never be averaged")
+        if share_state_every is not None and not share_state_every >= 0:
+            raise ValueError(f"share_state_every {share_state_every!r}: expected seconds >= 0 (0 or None: never)")
         self.optimizer = optimizer
         self._sync = _Sync(peer, layout, model, samples_per_step)
         self.peer = peer
         self.layout = layout
+        self._share_every = share_state_every or 0.0
+        self._published_at = None
+        self._stepped = False  # a step since the last publication
+        # After join(): "swarm" when the optimizer state came with the model, else why not.
+        self.optimizer_state_from = None
 
     def join(self, timeout=60.0):
-        """Joins the swarm (bounded: at most `timeout` s) and takes its model and step before the
-        first local step. Returns the swarm's step (0: a new swarm, or one that has not trained)."""
-        return self._sync.join(timeout)
+        """Joins the swarm (bounded: at most `timeout` s) and takes its model, its step and the
+        optimizer state of the member that sent them (if that member publishes one and it fits
+        this optimizer: else this optimizer starts fresh, with an OptimizerStateWarning when the
+        state was there but unusable) before the first local step. Returns the swarm's step (0: a
+        new swarm, or one that has not trained)."""
+        step = self._sync.join(timeout)
+        if step > 0:
+            self._take_optimizer_state()
+        else:
+            self.optimizer_state_from = "fresh: the swarm had not trained yet"
+        return step
+
+    def _take_optimizer_state(self):
+        blob = self.peer.received_extra_state()
+        if not blob:
+            self.optimizer_state_from = "fresh: the member that sent the model sent no optimizer state"
+            return
+        try:
+            state = decode_optimizer_state(blob, self.optimizer)
+        except ValueError as e:
+            self.optimizer_state_from = f"fresh: {e}"
+            warnings.warn(f"rumor: the optimizer state that came with the swarm's model was not used ({e}); this "
+                          "peer's optimizer starts fresh and training goes on", OptimizerStateWarning, stacklevel=3)
+            return
+        for p, st in state.items():
+            self.optimizer.state[p] = st
+        self.optimizer_state_from = "swarm"
+
+    def publish_state(self):
+        """Publishes the optimizer's state now (step() does it every share_state_every seconds):
+        what a joiner that takes its model from this peer gets with it."""
+        self.peer.set_extra_state(encode_optimizer_state(self.optimizer))
+        self._published_at = time.monotonic()
+        self._stepped = False
+
+    def _maybe_publish(self):
+        if self._share_every and self._stepped and (
+                self._published_at is None or time.monotonic() - self._published_at >= self._share_every):
+            self.publish_state()
 
     def step(self, closure=None, loss=None, samples=None):
         """The overlap rule, then the wrapped optimizer's step, then the peer's: copy the
@@ -293,12 +478,19 @@ class GossipOptimizer:
         self._sync.before_update()
         out = self.optimizer.step()
         self._sync.after_update(loss, samples)
+        self._stepped = True
+        if self._share_every:
+            t0 = time.perf_counter()
+            self._maybe_publish()
+            self._sync.rumor_seconds += time.perf_counter() - t0
         return loss if closure is not None else out
 
     def serve(self, seconds, max_seconds=0.0):
         """Answers the swarm for `seconds` (up to max_seconds while a peer is still training)
         without training (see rumor.Peer.serve); what was mixed in meanwhile is applied to the
-        parameters."""
+        parameters. The optimizer state is published first if it changed since the last time."""
+        if self._share_every and self._stepped:
+            self.publish_state()
         self._sync.serve(seconds, max_seconds)
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
@@ -329,7 +521,7 @@ class GossipOptimizer:
         return self.optimizer.state
 
     def __getattr__(self, name):
-        if name in ("optimizer", "_sync", "peer", "layout"):
+        if name in ("optimizer", "_sync", "peer", "layout", "_share_every", "_published_at", "_stepped"):
             raise AttributeError(name)
         return getattr(self.optimizer, name)
 

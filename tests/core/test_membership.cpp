@@ -112,6 +112,69 @@ TEST_CASE("membership: a joiner takes the swarm's model and step, in chunks, fro
   CHECK(k.env.count(ProtocolEvent::Kind::StateReceived) == 1);
 }
 
+TEST_CASE("membership: a joiner that asks for it gets the source's extra state of the same snapshot, byte for byte") {
+  Cluster c;
+  c.cfg.state_chunk_floats = 4;  // 16-byte chunks: the blob below comes in 4 of them
+  c.cfg.state_timeout_s = 0.2;
+  c.cfg.local_steps = 1000000;
+  for (int i = 0; i < 2; ++i) c.add("p" + std::to_string(i), std::vector<float>(10, float(i + 1)), seeds_for(i), 80 + i);
+  Bytes blob(61);
+  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  c.nodes["p0"]->g->set_extra_state(std::make_shared<const Bytes>(blob));
+  c.run(1.0);
+  c.cfg.fetch_state = true;
+  c.cfg.fetch_extra_state = true;
+  Node& j = c.add("j", std::vector<float>(10, 100.0f), {"p0"}, 90);
+  c.run(1.5);
+  REQUIRE(j.g->state_ready());
+  CHECK(j.params == std::vector<float>(10, 1.0f));
+  REQUIRE(j.g->received_extra_state() != nullptr);
+  CHECK(*j.g->received_extra_state() == blob);
+  CHECK(j.env.count(ProtocolEvent::Kind::StateReceived) == 1);
+  CHECK(j.g->stats().rejected == 0);
+  CHECK(c.nodes["p0"]->g->stats().rejected == 0);
+
+  // A joiner that does not ask (rumor-peer) gets the model alone; so does one whose source has
+  // no extra state.
+  c.cfg.fetch_extra_state = false;
+  Node& k = c.add("k", std::vector<float>(10, 100.0f), {"p0"}, 91);
+  c.cfg.fetch_extra_state = true;
+  Node& m = c.add("m", std::vector<float>(10, 100.0f), {"p1"}, 92);
+  c.run(2.0);
+  REQUIRE(k.g->state_ready());
+  REQUIRE(m.g->state_ready());
+  CHECK(k.params == std::vector<float>(10, 1.0f));
+  CHECK(k.g->received_extra_state() == nullptr);
+  CHECK(m.params == std::vector<float>(10, 2.0f));
+  CHECK(m.g->received_extra_state() == nullptr);
+
+  // A blob over the limit (8 x the model's bytes + 1 MiB) is not fetched: the model is taken.
+  c.nodes["p1"]->g->set_extra_state(std::make_shared<const Bytes>(c.nodes["p1"]->g->max_extra_state_bytes() + 1, 1));
+  Node& n = c.add("n", std::vector<float>(10, 100.0f), {"p1"}, 93);
+  c.run(2.5);
+  REQUIRE(n.g->state_ready());
+  CHECK(n.params == std::vector<float>(10, 2.0f));
+  CHECK(n.g->received_extra_state() == nullptr);
+  CHECK(n.env.count(ProtocolEvent::Kind::StateReceived) == 1);
+}
+
+TEST_CASE("membership: extra-state requests outside the snapshot are refused and change nothing") {
+  Cluster c;
+  c.cfg.local_steps = 1000000;
+  c.add("p0", std::vector<float>(10, 1.0f), {}, 1);
+  c.nodes["p0"]->g->set_extra_state(std::make_shared<const Bytes>(100, 5));
+  c.run(0.5);
+  Gossip& g = *c.nodes["p0"]->g;
+  // No snapshot for this transfer yet: an extra request alone is ignored (nothing sent back).
+  g.on_message("x", make_message(StateRequestMsg{7, 0, 10, true, true}));
+  CHECK(g.stats().rejected == 0);
+  // The parameters' first request makes the snapshot; then bytes past its end are refused.
+  g.on_message("x", make_message(StateRequestMsg{7, 0, 10, false, true}));
+  g.on_message("x", make_message(StateRequestMsg{7, 95, 10, true, true}));
+  CHECK(g.stats().rejected == 1);
+  CHECK(c.nodes["p0"]->params == std::vector<float>(10, 1.0f));
+}
+
 TEST_CASE("membership: a joiner neither starts nor answers exchanges before it has the model") {
   Cluster c;
   c.cfg.fetch_state = true;

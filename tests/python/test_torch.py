@@ -1,6 +1,7 @@
 """rumor.torch: the flat layout and fingerprint (the same as the C++ models' for the equivalent
 nn.Sequential), the checks on models that cannot be averaged, and small swarms of torch peers."""
 import math
+import threading
 import time
 
 import numpy as np
@@ -222,3 +223,110 @@ def test_gossip_optimizer_two_peers_train_and_agree():
         s = p.stats()
         assert s["exchanges"] > 10 and s["samples"] == 121 * 32
         p.close()
+
+
+def test_a_joiner_gets_the_members_optimizer_state_with_its_model():
+    """join() brings the optimizer state (Adam's moments and step) of the member that sent the
+    model, from the same moment; an optimizer of another kind starts fresh, with a warning, and
+    trains on."""
+    torch.manual_seed(7)
+    x, y = data(21)
+    src_model = Tiny()
+    src_peer = rumor.Peer(seed=11)
+    src = rt.GossipOptimizer(torch.optim.Adam(src_model.parameters(), lr=0.01), src_peer, model=src_model,
+                             share_state_every=0)  # published by hand below, at a known moment
+    src.join(5)
+    train_steps(src, src_model, 30, x, y)
+    src.publish_state()
+    expected = {i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in src.state[p].items()}
+                for i, p in enumerate(src_model.parameters())}
+    assert expected[0]["step"] == 30
+    done = threading.Event()
+
+    def answer():  # the member answers the joiners' state requests meanwhile (at most 20 s)
+        for _ in range(100):
+            if done.is_set():
+                return
+            src.serve(0.2)
+
+    server = threading.Thread(target=answer, daemon=True)
+    server.start()
+    try:
+        models, opts = [], []
+        for seed, make in ((12, lambda ps: torch.optim.Adam(ps, lr=0.01)), (13, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))):
+            m = Tiny()
+            o = rt.GossipOptimizer(make(m.parameters()), rumor.Peer(join=[src_peer.address], seed=seed), model=m)
+            models.append(m)
+            opts.append(o)
+        adam, sgd = opts
+        assert adam.join(10) == 30
+        assert adam.optimizer_state_from == "swarm"
+        for i, p in enumerate(models[0].parameters()):
+            got = adam.state[p]
+            assert sorted(got) == sorted(expected[i])
+            for k, v in expected[i].items():
+                assert torch.equal(got[k], v), f"{k} of parameter {i} differs from the member's"
+        with pytest.warns(rt.OptimizerStateWarning, match="uses optimizer Adam, this peer SGD"):
+            assert sgd.join(10) == 30
+        assert sgd.optimizer_state_from.startswith("fresh: ")
+        assert len(sgd.state) == 0
+        # Both train on from there: Adam continues its step count, SGD builds its momentum.
+        first = [train_steps(o, m, 1, x, y) for o, m in zip(opts, models)]
+        last = [train_steps(o, m, 20, x, y) for o, m in zip(opts, models)]
+        assert all(math.isfinite(v) for v in first + last)
+        assert int(adam.state[next(models[0].parameters())]["step"]) == 51
+        assert "momentum_buffer" in sgd.state[next(models[1].parameters())]
+    finally:
+        done.set()
+        server.join(30)
+        for o in opts:
+            o.peer.close()
+        src_peer.close()
+
+
+def test_optimizer_state_from_another_member_is_checked_as_untrusted_input():
+    torch.manual_seed(8)
+    model = Tiny()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x, y = data(3)
+    for _ in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    good = bytes(rt.encode_optimizer_state(opt))
+    assert rt.encode_optimizer_state(torch.optim.Adam(Tiny().parameters())) == b""  # no state before a step
+    fresh = torch.optim.Adam(model.parameters())
+    state = rt.decode_optimizer_state(good, fresh)
+    assert len(state) == len(list(model.parameters()))
+    head = len(b"RUMOR-OPTIM-1\n")
+    (hlen,) = __import__("struct").unpack("<I", good[head:head + 4])
+    header = __import__("json").loads(good[head + 4:head + 4 + hlen])
+
+    def with_header(h, data=None):
+        hb = __import__("json").dumps(h).encode()
+        return good[:head] + __import__("struct").pack("<I", len(hb)) + hb + (good[head + 4 + hlen:] if data is None else data)
+
+    def bad(blob, match):
+        with pytest.raises(ValueError, match=match):
+            rt.decode_optimizer_state(blob, fresh)
+
+    bad(b"not a state", "bad magic")
+    bad(good[:head + 2], "truncated")
+    bad(good[:head] + b"\xff\xff\xff\x7f" + good[head + 4:], "runs past the end")
+    bad(with_header({"optimizer": "Adam"}), "malformed")
+    bad(with_header(dict(header, params=99)), "updates 99 parameters")
+    t = [list(e) for e in header["tensors"]]
+    t[0][3] = [2, 2]  # a moment that is not its parameter's shape
+    bad(with_header(dict(header, tensors=t)), "has shape")
+    t = [list(e) for e in header["tensors"]]
+    t[0][5] += 4  # the byte length does not match the shape
+    bad(with_header(dict(header, tensors=t)), "do not fit")
+    t = [list(e) for e in header["tensors"]]
+    t[0][0] = 40  # no such parameter
+    bad(with_header(dict(header, tensors=t)), "out of range")
+    bad(with_header(header, good[head + 4 + hlen:-8]), "do not fit")  # data cut short
+    nan = bytearray(good)
+    e = header["tensors"][1]
+    nan[head + 4 + hlen + e[4]:head + 4 + hlen + e[4] + 4] = np.float32("nan").tobytes()
+    bad(bytes(nan), "non-finite")
+    assert opt.state[next(model.parameters())]["step"] == 3  # nothing was touched
