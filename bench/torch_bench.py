@@ -13,6 +13,12 @@
              --eval-every steps), both with their evaluations in the clock, --repeats rounds of
              a swarm in which p1 alone evaluates (as DDP's rank 0) then DDP. (The accuracy runs,
              where every peer evaluates, print their times too: 4x the evaluation work.)
+             Both clocks start when training starts: DDP's after rank 0's first evaluation and
+             the barrier behind it, a peer's at its step-0 evaluation line (the quickstart
+             evaluates the initial model before joining, and the swarm waits for all --peers
+             peers before the first step, as DDP's ranks wait for rank 0).
+
+--staleness TAU goes to every swarm run (the quickstart's --staleness; default inf).
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py [--out DIR] [--repeats R]
        [--only accuracy,overhead,ddp]
@@ -52,8 +58,12 @@ def evals(path):
 
 
 def first_at_target(path, target):
-    """The first eval line of a metrics file with test_acc >= target, or None."""
-    return next((e for e in evals(path) if e["test_acc"] >= target), None)
+    """The first eval line of a metrics file with test_acc >= target, or None; its "t" counts
+    from the step-0 evaluation line (when training starts), not from the peer's start."""
+    ev = evals(path)
+    t0 = next((e["t"] for e in ev if e.get("step") == 0), 0.0)
+    hit = next((e for e in ev if e["test_acc"] >= target), None)
+    return dict(hit, t=hit["t"] - t0) if hit else None
 
 
 def reference(a):
@@ -68,7 +78,7 @@ def reference(a):
 
 def swarm(a, out_dir, extra, timeout):
     run([sys.executable, QUICKSTART, "--out", out_dir, "--peers", str(a.peers), "--epochs", str(a.epochs),
-         "--seed", str(a.seed)] + extra, timeout)
+         "--seed", str(a.seed), "--staleness", a.staleness] + extra, timeout)
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
 
@@ -83,6 +93,7 @@ def main():
     ap.add_argument("--target", type=float, default=0.88)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--staleness", default="inf", help="the swarm's staleness bound TAU (default inf)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")
     a = ap.parse_args()
@@ -136,7 +147,7 @@ def main():
         races = []
         for r in range(a.repeats):
             d = os.path.join(a.out, f"race{r}")
-            swarm(a, d, ["--eval-every", str(a.eval_every), "--eval-peers", "1"], a.timeout)
+            sw = swarm(a, d, ["--eval-every", str(a.eval_every), "--eval-peers", "1"], a.timeout)
             hit = first_at_target(os.path.join(d, "p1.jsonl"), a.target)
             out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
                           str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
@@ -147,13 +158,15 @@ def main():
                     "ddp_time_to_target_s": float(ddp["ddp_time_to_target_s"]),
                     "ddp_step_at_target": int(ddp["ddp_step_at_target"]),
                     "ddp_time_to_target_train_s": float(ddp["ddp_time_to_target_train_s"]),
-                    "ddp_final_acc": float(ddp["ddp_final_acc"])}
+                    "ddp_final_acc": float(ddp["ddp_final_acc"]),
+                    "rumor_final_acc": [sw[f"p{k}"]["test_acc"] for k in range(1, a.peers + 1)]}
             race["ratio"] = race["rumor_p1_time_to_target_s"] / race["ddp_time_to_target_s"]
             races.append(race)
             print(f"race {r}: time to {a.target}: Rumor p1 {race['rumor_p1_time_to_target_s']:.1f} s (its step "
                   f"{race['rumor_p1_step_at_target']}), DDP gloo {a.peers} processes {race['ddp_time_to_target_s']:.1f} s "
                   f"(step {race['ddp_step_at_target']}; training only {race['ddp_time_to_target_train_s']:.1f} s; "
-                  f"final acc {race['ddp_final_acc']:.4f}): ratio {race['ratio']:.2f}", flush=True)
+                  f"final acc {race['ddp_final_acc']:.4f}): ratio {race['ratio']:.2f}; the swarm's final test_acc "
+                  f"{' '.join(f'{x:.4f}' for x in race['rumor_final_acc'])}", flush=True)
         res["race"] = races
         med_r = statistics.median(x["rumor_p1_time_to_target_s"] for x in races)
         med_d = statistics.median(x["ddp_time_to_target_s"] for x in races)

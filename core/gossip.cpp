@@ -185,8 +185,8 @@ void Gossip::schedule_suspicion(const PeerId& peer) {
   env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
 }
 
-void Gossip::on_idle() {
-  if (out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_) start_exchange();
+void Gossip::on_idle(bool exchange) {
+  if (exchange && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_) start_exchange();
   // Probe the members holding the bound back, so news of their clocks reaches us even when no
   // exchange with them is under way.
   if (std::isfinite(cfg_.staleness) && !may_step()) {

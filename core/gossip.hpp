@@ -150,9 +150,9 @@ class Gossip {
   void on_timer(std::uint64_t id);
   void on_send_failed(const PeerId& peer, const std::string& reason);
   // Not training (waiting on the staleness bound, or settling after training): start an
-  // exchange if a slot is free, whatever H says, and probe the slowest members so their
-  // clocks reach us.
-  void on_idle();
+  // exchange if a slot is free (and `exchange` says so), whatever H says, and probe the
+  // slowest members so their clocks reach us.
+  void on_idle(bool exchange = true);
 
   // Staleness: may the next step start? slowest_clock(): smallest clock of the other alive
   // members we know of (our own clock when we know of none).

@@ -82,6 +82,12 @@ bool PeerLoop::eval_due() const {
   return model_.epochs_done() > 0 && model_.epochs_done() >= static_cast<double>(next_epoch_eval_) - 1e-9;
 }
 
+double PeerLoop::training_pace(double floor, double untrained) const {
+  const std::uint64_t st = model_.steps();
+  if (!st || !(stats_.train_seconds > 0)) return untrained;
+  return std::max(floor, stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps));
+}
+
 void PeerLoop::idle_if_due(double interval) {
   const double now = env_.now();
   if (last_idle_ < 0 || now - last_idle_ >= interval - 1e-12) {
@@ -188,9 +194,16 @@ LoopAction PeerLoop::training_top() {
       waiting_stale_ = true;
       stale_since_ = env_.now();
       wait_slowest_ = gossip_.slowest_clock();
-      last_idle_ = -1;
+      last_idle_ = last_wait_exchange_ = -1;
     }
-    idle_if_due(LoopSettings::kIdleInterval);
+    const double now = env_.now();
+    if (last_idle_ < 0 || now - last_idle_ >= LoopSettings::kIdleInterval - 1e-12) {
+      const double pace = training_pace(LoopSettings::kIdleInterval, LoopSettings::kIdleInterval);
+      const bool exchange = last_wait_exchange_ < 0 || now - last_wait_exchange_ >= pace - 1e-12;
+      gossip_.on_idle(exchange);
+      if (exchange) last_wait_exchange_ = now;
+      last_idle_ = now;
+    }
     if (!gossip_.may_step()) return wait_until(last_idle_ + LoopSettings::kIdleInterval);
   }
   if (waiting_stale_) {
@@ -239,10 +252,7 @@ LoopAction PeerLoop::after_training() {
     settle_close_ = 0;
     // At the pace training had: one exchange per H steps' worth of step time, so settling costs
     // no more bytes per second than training did.
-    const std::uint64_t st = model_.steps();
-    settle_tick_ = st ? std::max(LoopSettings::kSettleMinTick,
-                                 stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps))
-                      : LoopSettings::kSettleTickUntrained;
+    settle_tick_ = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
     return settle_next();
   }
   enter(LoopPhase::Final);

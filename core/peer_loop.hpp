@@ -69,7 +69,11 @@ struct LoopSettings {
   LoopSettings resolved() const;
 
   // Documented constants (docs/ARCHITECTURE.md "One loop").
-  static constexpr double kIdleInterval = 0.005;   // Gossip::on_idle at most this often while waiting
+  // While the staleness bound holds a peer back: probe the slowest members at most this often,
+  // and start exchanges at the pace training had (training_pace), not faster: the models of
+  // peers that wait together stop changing, and exchanging them again only burns the CPU the
+  // slow peer needs.
+  static constexpr double kIdleInterval = 0.005;
   static constexpr double kSettleMinTick = 0.002;  // settling exchanges at most every 2 ms
   static constexpr double kSettleTickUntrained = 0.01;  // ... and every 10 ms if no step was timed
   static constexpr double kSettledDistance = 1e-6; // an exchange with a model this close: "close"
@@ -147,6 +151,9 @@ class PeerLoop {
   LoopAction begin_leave();
   LoopAction settle_next();
   void idle_if_due(double interval);  // Gossip::on_idle, at most once per `interval`
+  // The time training took per exchange (H steps' worth of step time), at least `floor`;
+  // `untrained` before any step was timed.
+  double training_pace(double floor, double untrained) const;
   void emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
             std::string reason);
 
@@ -166,6 +173,7 @@ class PeerLoop {
   bool waiting_stale_ = false;
   double stale_since_ = 0;
   std::uint64_t wait_slowest_ = 0;
+  double last_wait_exchange_ = -1;  // env time of the last exchange started while waiting
   // Settling.
   double settle_tick_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;

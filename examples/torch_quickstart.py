@@ -92,6 +92,9 @@ def worker(a):
     xtr, ytr = xtr[rows], ytr[rows]
     torch.manual_seed(a.seed)  # the same initial model on every peer (they start together)
     model = make_model(a.model)
+    # The first evaluation (of the shared initial model) comes before joining, so the swarm
+    # starts training together, as DDP's ranks wait for rank 0's first evaluation.
+    first = evaluate(model, xte, yte) if a.eval_every >= 0 else None
     inner = torch.optim.Adam(model.parameters(), lr=a.lr)
     if a.plain:  # the same loop without Rumor (bench/torch_bench.py's overhead baseline)
         opt, peer = inner, None
@@ -110,8 +113,8 @@ def worker(a):
     steps_per_epoch = math.ceil(len(xtr) / a.batch)
     total = a.steps or a.epochs * steps_per_epoch
     every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
-    if a.eval_every >= 0:
-        report(*evaluate(model, xte, yte), 0.0)
+    if first is not None:
+        report(*first, 0.0)
     lossf = torch.nn.functional.cross_entropy
     train_s, step = 0.0, 0
     while step < total:
