@@ -51,7 +51,7 @@ void PeerLoop::emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t ot
 void PeerLoop::enter(LoopPhase p) {
   phase_ = p;
   phase_start_ = env_.now();
-  last_idle_ = -1;
+  last_idle_ = last_idle_exchange_ = -1;
   if (p == LoopPhase::State) state_pending_ = !gossip_.state_ready();  // a joiner that must fetch the model
 }
 
@@ -88,10 +88,12 @@ double PeerLoop::training_pace(double floor, double untrained) const {
   return std::max(floor, stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps));
 }
 
-void PeerLoop::idle_if_due(double interval) {
+void PeerLoop::idle_if_due(double interval, double exchange_every) {
   const double now = env_.now();
   if (last_idle_ < 0 || now - last_idle_ >= interval - 1e-12) {
-    gossip_.on_idle();
+    const bool exchange = last_idle_exchange_ < 0 || now - last_idle_exchange_ >= exchange_every - 1e-12;
+    gossip_.on_idle(exchange);
+    if (exchange) last_idle_exchange_ = now;
     last_idle_ = now;
   }
 }
@@ -194,16 +196,9 @@ LoopAction PeerLoop::training_top() {
       waiting_stale_ = true;
       stale_since_ = env_.now();
       wait_slowest_ = gossip_.slowest_clock();
-      last_idle_ = last_wait_exchange_ = -1;
+      last_idle_ = last_idle_exchange_ = -1;
     }
-    const double now = env_.now();
-    if (last_idle_ < 0 || now - last_idle_ >= LoopSettings::kIdleInterval - 1e-12) {
-      const double pace = training_pace(LoopSettings::kIdleInterval, LoopSettings::kIdleInterval);
-      const bool exchange = last_wait_exchange_ < 0 || now - last_wait_exchange_ >= pace - 1e-12;
-      gossip_.on_idle(exchange);
-      if (exchange) last_wait_exchange_ = now;
-      last_idle_ = now;
-    }
+    idle_if_due(LoopSettings::kIdleInterval, training_pace(LoopSettings::kIdleInterval, LoopSettings::kIdleInterval));
     if (!gossip_.may_step()) return wait_until(last_idle_ + LoopSettings::kIdleInterval);
   }
   if (waiting_stale_) {
@@ -273,7 +268,7 @@ bool PeerLoop::others_behind() const { return gossip_.slowest_clock() < model_.s
 
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
-  idle_if_due(settle_tick_);
+  idle_if_due(settle_tick_, settle_tick_);
   if (exchanges() != settle_seen_) {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;

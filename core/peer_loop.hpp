@@ -150,7 +150,9 @@ class PeerLoop {
   LoopAction after_training();
   LoopAction begin_leave();
   LoopAction settle_next();
-  void idle_if_due(double interval);  // Gossip::on_idle, at most once per `interval`
+  // Gossip::on_idle at most once per `interval`, letting it start an exchange at most once
+  // per `exchange_every` (a multiple of interval, or equal to it).
+  void idle_if_due(double interval, double exchange_every);
   // The time training took per exchange (H steps' worth of step time), at least `floor`;
   // `untrained` before any step was timed.
   double training_pace(double floor, double untrained) const;
@@ -166,6 +168,7 @@ class PeerLoop {
   bool stop_requested_ = false;
   double phase_start_ = 0;
   double last_idle_ = -1;        // env time of the last Gossip::on_idle
+  double last_idle_exchange_ = -1;  // ... of the last one allowed to start an exchange
   bool first_eval_pending_ = false, eval_pending_ = false;
   bool state_pending_ = false;  // the State phase began without the swarm's model
   std::uint64_t next_epoch_eval_ = 1;
@@ -173,7 +176,6 @@ class PeerLoop {
   bool waiting_stale_ = false;
   double stale_since_ = 0;
   std::uint64_t wait_slowest_ = 0;
-  double last_wait_exchange_ = -1;  // env time of the last exchange started while waiting
   // Settling.
   double settle_tick_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;

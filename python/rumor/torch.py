@@ -318,7 +318,8 @@ def decode_optimizer_state(blob, optimizer):
         view.reshape(-1).numpy().view(np.uint8)[:] = raw
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"'{key}' of parameter {i} holds non-finite values (NaN or Inf)")
-        st[key] = t if numel == 1 and shape != tuple(p.shape) or not p.is_cuda else t.to(p.device)
+        per_element = shape == tuple(p.shape)  # a moment or buffer; else one element, such as Adam's step
+        st[key] = t.to(p.device) if per_element and p.is_cuda else t
     for e in numbers:
         try:
             i, key, v = e

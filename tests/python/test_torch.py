@@ -1,6 +1,8 @@
 """rumor.torch: the flat layout and fingerprint (the same as the C++ models' for the equivalent
 nn.Sequential), the checks on models that cannot be averaged, and small swarms of torch peers."""
+import json
 import math
+import struct
 import threading
 import time
 
@@ -299,12 +301,12 @@ def test_optimizer_state_from_another_member_is_checked_as_untrusted_input():
     state = rt.decode_optimizer_state(good, fresh)
     assert len(state) == len(list(model.parameters()))
     head = len(b"RUMOR-OPTIM-1\n")
-    (hlen,) = __import__("struct").unpack("<I", good[head:head + 4])
-    header = __import__("json").loads(good[head + 4:head + 4 + hlen])
+    (hlen,) = struct.unpack("<I", good[head:head + 4])
+    header = json.loads(good[head + 4:head + 4 + hlen])
 
     def with_header(h, data=None):
-        hb = __import__("json").dumps(h).encode()
-        return good[:head] + __import__("struct").pack("<I", len(hb)) + hb + (good[head + 4 + hlen:] if data is None else data)
+        hb = json.dumps(h).encode()
+        return good[:head] + struct.pack("<I", len(hb)) + hb + (good[head + 4 + hlen:] if data is None else data)
 
     def bad(blob, match):
         with pytest.raises(ValueError, match=match):

@@ -89,10 +89,13 @@ done
 
 # Polls job $1 for up to $2 s (wall clock) until it leaves the queue's active states; prints the
 # final state, or TIMEOUT.
+# The job's state now (empty when scontrol does not know it yet).
+job_state() { timeout 10 scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1 | cut -d= -f2; }
+
 wait_job() {
   local j="$1" deadline=$((SECONDS + $2)) st
   while [ $SECONDS -lt "$deadline" ]; do
-    st="$(timeout 10 scontrol show job "$j" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1 | cut -d= -f2)"
+    st="$(job_state "$j")"
     case "$st" in PENDING|RUNNING|CONFIGURING|COMPLETING|REQUEUED|RESIZING|SUSPENDED|"") sleep 1 ;; *) echo "$st"; return 0 ;; esac
   done
   echo "TIMEOUT"
@@ -129,9 +132,6 @@ submit() {  # submit SCRIPT SBATCH_OPTIONS...: prints the job id
 # survivors must still be running (training or settling) for a while after the kill to see it.
 epochs=3
 [ "$case_" = kill ] && epochs=5
-
-# The job's state now (empty when scontrol does not know it yet).
-job_state() { timeout 10 scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1 | cut -d= -f2; }
 
 t0=$(date +%s)
 case "$case_" in
