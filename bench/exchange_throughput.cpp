@@ -104,18 +104,21 @@ struct Args {
   bool breakdown = true;
   bool one_shot = false;  // GossipConfig::stream_exchanges = false
   double timeout_s = 60;  // one exchange, or one baseline round trip
+  double chunk_mib = 4;   // GossipConfig::exchange_chunk_bytes in MiB; 0: one message per snapshot
 };
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--params N] [--reps N] [--exchanges N] [--warmup N] [--timeout S] [--no-breakdown] [--one-shot]\n"
+      "usage: %s [--params N] [--reps N] [--exchanges N] [--warmup N] [--timeout S] [--no-breakdown] [--one-shot] [--chunk-mib X]\n"
       "  --params N      floats per model (default 25000000 = 100 MB)\n"
       "  --reps N        repetitions (default 5); each is --exchanges round trips of each side\n"
       "  --exchanges N   round trips per side per repetition (default 3), interleaved\n"
       "  --warmup N      untimed exchanges and baseline round trips first (default 2)\n"
       "  --timeout S     give up if one round trip takes longer (default 60)\n"
       "  --no-breakdown  skip the timeline and the single-pass costs\n"
-      "  --one-shot      exchanges in the one-shot form (request carries x_s; GossipConfig::stream_exchanges = false)\n",
+      "  --one-shot      exchanges in the one-shot form (request carries x_s; GossipConfig::stream_exchanges = false)\n"
+      "  --chunk-mib X   snapshots travel in chunks of X MiB, each sent as soon as it is copied (default 4, the\n"
+      "                  protocol's GossipConfig::exchange_chunk_bytes; at least 0.25); 0: each in one message\n",
       argv0);
 }
 
@@ -147,6 +150,15 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--timeout") a.timeout_s = static_cast<double>(positive("--timeout", need(i)));
     else if (f == "--no-breakdown") a.breakdown = false;
     else if (f == "--one-shot") a.one_shot = true;
+    else if (f == "--chunk-mib") {
+      const char* v = need(i);
+      char* end = nullptr;
+      a.chunk_mib = std::strtod(v, &end);
+      if (!end || *end || !(a.chunk_mib == 0 || a.chunk_mib >= 0.25) || !std::isfinite(a.chunk_mib)) {
+        std::fprintf(stderr, "%s: --chunk-mib needs 0 or a size of at least 0.25 (MiB), got '%s'\n", argv[0], v);
+        std::exit(2);
+      }
+    }
     else if (f == "-h" || f == "--help") {
       usage(argv[0]);
       std::exit(0);
@@ -164,12 +176,12 @@ Args parse_args(int argc, char** argv) {
 enum Mark : int {
   kAStart,         // A's thread: before on_step_done (which sends the request, then x_s)
   kAHeaderSent,    // A: Env::send(ExchangeRequest) returned (the header, no payload)
-  kAPayloadSend,   // A: Env::send(ExchangePayload) entered (x_s copied and hashed)
-  kAPayloadSent,   // A: Transport::send(ExchangePayload) returned
+  kAPayloadSend,   // A: Env::send(ExchangePayload) entered (x_s's first chunk copied and hashed)
+  kAPayloadSent,   // A: Transport::send(ExchangePayload) returned (x_s's last chunk)
   kBHeaderRecv,    // B's I/O thread: the request header received (on_message)
-  kBReplySend,     // B: Env::send(ExchangeReply) entered (header checked, y_s copied and hashed)
-  kBPayloadRecv,   // B's I/O thread: the whole of x_s received and checksummed
-  kBPayloadHandle, // B's thread: Gossip::on_message(ExchangePayload) called
+  kBReplySend,     // B: Env::send(ExchangeReply) entered (header checked, y_s's first chunk copied and hashed)
+  kBPayloadRecv,   // B's I/O thread: the whole of x_s (its last chunk) received and checksummed
+  kBPayloadHandle, // B's thread: Gossip::on_message(ExchangePayload) called (the last chunk)
   kBAcceptSend,    // B: Env::send(ExchangeAccept) entered (x_s checked; B mixes after sending it)
   kBDone,          // B: ExchangeDone event (x_s mixed, with the distance)
   kAReplyRecv,     // A's I/O thread: the whole reply received and checksummed
@@ -186,6 +198,12 @@ struct Timeline {
     const double v = now_s();
     std::lock_guard lk(mu);
     t[m] = v;
+  }
+  // For a snapshot sent in chunks: the first chunk's instant (mark() keeps the last).
+  void mark_first(Mark m) {
+    const double v = now_s();
+    std::lock_guard lk(mu);
+    if (std::isnan(t[m])) t[m] = v;
   }
   std::array<double, kMarks> get() {
     std::lock_guard lk(mu);
@@ -267,7 +285,7 @@ class BenchEnv final : public rumor::Env {
 
 class Peer {
  public:
-  Peer(bool initiator, std::size_t n, float base, Shared& sh, const std::string& fingerprint, bool stream)
+  Peer(bool initiator, std::size_t n, float base, Shared& sh, const std::string& fingerprint, bool stream, double chunk_mib)
       : initiator_(initiator), sh_(sh), params_(n), env_(*this, initiator ? 11 : 22) {
     for (std::size_t i = 0; i < n; ++i) params_[i] = base + 1e-3f * static_cast<float>(i % 1000);
     rumor::net::TransportConfig cfg;
@@ -298,6 +316,7 @@ class Peer {
     gc.local_steps = 1;
     gc.max_in_flight = 1;  // one exchange at a time: a clean round trip to time
     gc.stream_exchanges = stream;
+    gc.exchange_chunk_bytes = chunk_mib > 0 ? static_cast<std::size_t>(chunk_mib * (1 << 20)) : SIZE_MAX;
     gc.codec = rumor::PayloadCodec::None;
     gc.exchange_timeout_s = 120;
     gossip_ = std::make_unique<rumor::Gossip>(env_, gc, rumor::MemberDigest{transport_->local_id(), 1, rumor::MemberState::Alive, 0},
@@ -389,8 +408,8 @@ void BenchEnv::send(const rumor::PeerId& to, rumor::Message msg) {
   using T = rumor::MsgType;
   const T type = msg.type;
   Timeline& tl = p_.shared().tl;
-  if (type == T::ExchangePayload) tl.mark(kAPayloadSend);
-  if (type == T::ExchangeReply) tl.mark(kBReplySend);
+  if (type == T::ExchangePayload) tl.mark_first(kAPayloadSend);
+  if (type == T::ExchangeReply) tl.mark_first(kBReplySend);
   if (type == T::ExchangeAccept) tl.mark(kBAcceptSend);
   p_.transport().send(to, std::move(msg));
   if (type == T::ExchangeRequest) tl.mark(kAHeaderSent);
@@ -637,15 +656,17 @@ int main(int argc, char** argv) {
   }
   progress("# %zu float parameters per model (%.1f MB); %zu bytes each way per exchange (frame %zu + header %zu + payload)",
            n, 1e-6 * static_cast<double>(n * sizeof(float)), one_way, rumor::net::kFrameHeaderSize, header_bytes);
-  progress("# exchanges in the %s form", args.one_shot ? "one-shot (--one-shot)" : "streamed");
+  char chunking[96] = "in one message each (--chunk-mib 0)";
+  if (args.chunk_mib > 0) std::snprintf(chunking, sizeof chunking, "in chunks of %g MiB (--chunk-mib)", args.chunk_mib);
+  progress("# exchanges in the %s form; snapshots %s", args.one_shot ? "one-shot (--one-shot)" : "streamed", chunking);
   progress("# %d reps x %d round trips of each side, interleaved (baseline, rumor, ...), after %d warm-up; %u cores, load %.2f",
            args.reps, args.exchanges, args.warmup, cores, load[0]);
 
   progress("== setting up: two peers (Gossip + Transport on 127.0.0.1) and the TCP baseline");
   Shared sh;
   sh.tl.clear();
-  Peer b(false, n, 0.5f, sh, fingerprint, !args.one_shot);
-  Peer a(true, n, -0.5f, sh, fingerprint, !args.one_shot);
+  Peer b(false, n, 0.5f, sh, fingerprint, !args.one_shot, args.chunk_mib);
+  Peer a(true, n, -0.5f, sh, fingerprint, !args.one_shot, args.chunk_mib);
   b.start({});
   a.start({b.id()});
   {
@@ -711,17 +732,33 @@ int main(int argc, char** argv) {
 
   std::vector<double> gb_base, gb_rumor, ratios, base_there, base_back, base_rt, rumor_rt;
   std::vector<std::array<double, kMarks>> timelines;
+  // CPU of the whole process (all threads, user + system: the kernel's loopback copies
+  // included) per round trip, and the share of the cores it kept busy.
+  std::vector<double> base_cpu, rumor_cpu, base_busy, rumor_busy;
+  const auto process_cpu = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
   for (int r = 0; r < args.reps; ++r) {
     double sb = 0, sr = 0;
     for (int i = 0; i < args.exchanges; ++i) {
       double there = 0;
+      const double c0 = process_cpu();
       const double tb = base.round_trip(there);
+      const double c1 = process_cpu();
+      base_cpu.push_back(c1 - c0);
+      base_busy.push_back((c1 - c0) / (tb * cores));
       sb += tb;
       base_rt.push_back(tb);
       base_there.push_back(there);
       base_back.push_back(tb - there);
       std::array<double, kMarks> tl{};
+      const double c2 = process_cpu();
       const double tr = exchange(&tl);
+      const double c3 = process_cpu();
+      rumor_cpu.push_back(c3 - c2);
+      rumor_busy.push_back((c3 - c2) / (tr * cores));
       sr += tr;
       rumor_rt.push_back(tr);
       timelines.push_back(tl);
@@ -733,6 +770,11 @@ int main(int argc, char** argv) {
     progress("   rep %d/%d: baseline %.2f GB/s (%.3f s per round trip), rumor %.2f GB/s (%.3f s per exchange), ratio %.3f",
              r + 1, args.reps, gb, sb / args.exchanges, gr, sr / args.exchanges, gr / gb);
   }
+  progress("   process CPU per round trip (all threads, user + system; medians): baseline %.1f ms (%.0f%% of %u cores), "
+           "rumor %.1f ms (%.0f%%)",
+           1e3 * median(base_cpu), 100 * median(base_busy), cores, 1e3 * median(rumor_cpu), 100 * median(rumor_busy));
+  std::printf("baseline_process_cpu_ms %.2f\nrumor_process_cpu_ms %.2f\nbaseline_cores_busy %.3f\nrumor_cores_busy %.3f\n",
+              1e3 * median(base_cpu), 1e3 * median(rumor_cpu), median(base_busy), median(rumor_busy));
   const double ratio = median(ratios);
   const double rmin = *std::min_element(ratios.begin(), ratios.end());
   const double rmax = *std::max_element(ratios.begin(), ratios.end());
@@ -745,8 +787,8 @@ int main(int argc, char** argv) {
   };
   const Part parts[] = {
       {"a_header", "A: on_step_done -> request header handed to the transport", kAStart, kAHeaderSent},
-      {"a_snapshot", "A: copy + hash x_s into a pooled buffer (before x_s can leave)", kAHeaderSent, kAPayloadSend},
-      {"a_payload_send", "A: Transport::send(x_s) (no hashing: digest supplied)", kAPayloadSend, kAPayloadSent},
+      {"a_snapshot", "A: copy + hash x_s's first chunk into a pooled buffer (before x_s can leave)", kAHeaderSent, kAPayloadSend},
+      {"a_payload_send", "A: first chunk handed over -> last chunk copied, hashed, handed over", kAPayloadSend, kAPayloadSent},
       {"b_header_to_reply", "B: header received -> y_s copied + hashed, reply sent", kBHeaderRecv, kBReplySend},
       {"request_payload_wire", "x_s on the wire (write, read, receive hash)", kAPayloadSend, kBPayloadRecv},
       {"reply_wire", "y_s on the wire (write, read, receive hash)", kBReplySend, kAReplyRecv},

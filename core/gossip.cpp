@@ -114,27 +114,20 @@ void Gossip::start_exchange() {
   }
   if (candidates.empty()) return;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
-  Outstanding o{next_exchange_id_++, peer, nullptr, {}, my_weight(), now, {}};
-  std::optional<std::uint64_t> pdigest;
+  Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
   ExchangeMsg h = our_exchange_header(o.id, o.weight);
   if (cfg_.codec == PayloadCodec::TopK) {
-    o.payload = sparse_request(o.sparse_idx);  // one-shot: the reply depends on the request
-    env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.payload));
+    o.snap.chunks = {sparse_request(o.sparse_idx)};  // one-shot: the reply depends on the request
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.snap.chunks[0]));
   } else if (!cfg_.stream_exchanges) {
-    o.payload = encode_snapshot(o.decoded, pdigest);  // one-shot: the request carries x_s
-    Message msg = make_message(MsgType::ExchangeRequest, h, o.payload);
-    msg.payload_digest = pdigest;
-    env_.send(peer, std::move(msg));
+    o.snap = send_snapshot(peer, MsgType::ExchangeRequest, h, true);  // one-shot: the request carries x_s
   } else {
     // Streamed: the header first, so the responder's reply travels while x_s is copied and sent.
     o.streamed = true;
     env_.send(peer, make_message(MsgType::ExchangeRequest, h, nullptr));
-    o.payload = encode_snapshot(o.decoded, pdigest);
-    Message msg = make_message(MsgType::ExchangePayload, h, o.payload);
-    msg.payload_digest = pdigest;
-    env_.send(peer, std::move(msg));
+    o.snap = send_snapshot(peer, MsgType::ExchangePayload, h, false);
   }
-  stats_.payload_bytes_sent += o.payload->size();
+  stats_.payload_bytes_sent += o.snap.bytes();
   ++stats_.payloads_sent;
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
@@ -158,8 +151,11 @@ void Gossip::fail_exchange(std::size_t index, const std::string& reason, bool pe
 
 std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
   std::vector<OpenExchange> v;
-  for (const Outstanding& o : out_)
-    v.push_back({o.peer, o.id, o.weight, o.snapshot(), o.accepted, o.reply ? &*o.reply : nullptr});
+  for (const Outstanding& o : out_) {
+    std::vector<const Message*> reply;
+    for (const Message& m : o.reply) reply.push_back(&m);
+    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, std::move(reply)});
+  }
   return v;
 }
 
@@ -213,6 +209,10 @@ bool Gossip::may_step() const {
   return static_cast<double>(clock_) <= static_cast<double>(slowest_clock()) + cfg_.staleness;
 }
 
+std::uint64_t Gossip::chunk_floats() const {
+  return std::max<std::uint64_t>(cfg_.exchange_chunk_bytes / sizeof(float), kMinExchangeChunk);
+}
+
 std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
   for (const auto& b : snapshot_pool_)
     if (b.use_count() == 1 && b->size() == n) {
@@ -223,25 +223,62 @@ std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
       std::atomic_thread_fence(std::memory_order_acquire);
       return b;
     }
-  std::erase_if(snapshot_pool_, [n](const std::shared_ptr<Bytes>& b) { return b.use_count() == 1 && b->size() != n; });
   auto b = std::make_shared<Bytes>(n);
-  if (snapshot_pool_.size() < cfg_.max_in_flight + 1) snapshot_pool_.push_back(b);
+  const std::uint64_t per_snapshot = (params_.size() + chunk_floats() - 1) / chunk_floats();
+  const std::size_t cap = (cfg_.max_in_flight + 1) * std::max<std::uint64_t>(per_snapshot, 1);
+  if (snapshot_pool_.size() < cap) {
+    snapshot_pool_.push_back(b);
+  } else {
+    // Full: replace an idle buffer of another size (the pool's sizes follow the model's chunks).
+    const auto idle = std::find_if(snapshot_pool_.begin(), snapshot_pool_.end(),
+                                   [](const std::shared_ptr<Bytes>& x) { return x.use_count() == 1; });
+    if (idle != snapshot_pool_.end()) *idle = b;
+  }
   return b;
 }
 
-std::shared_ptr<const Bytes> Gossip::encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest) {
-  digest.reset();
-  if (cfg_.codec == PayloadCodec::None) {
-    decoded.clear();
-    auto b = snapshot_buffer(params_.size() * sizeof(float));
-    const std::span<const std::uint8_t> src(reinterpret_cast<const std::uint8_t*>(params_.data()), b->size());
-    digest = copy_and_hash(src, b->data());
-    return b;
+Gossip::SentSnapshot Gossip::send_snapshot(const PeerId& to, MsgType type, ExchangeMsg h, bool one_message) {
+  SentSnapshot snap;
+  if (cfg_.codec != PayloadCodec::None) {
+    auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, params_));
+    snap.decoded.resize(params_.size());
+    decode_dense(cfg_.codec, *b, snap.decoded);
+    snap.chunks = {b};
+    env_.send(to, make_message(type, h, b));
+    return snap;
   }
-  auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, params_));
-  decoded.resize(params_.size());
-  decode_dense(cfg_.codec, *b, decoded);
-  return b;
+  // Each chunk is copied and hashed, then handed to the transport at once: its bytes are on
+  // the wire while the next one is copied, and the responder checks it as it lands.
+  const std::uint64_t n = params_.size();
+  const std::uint64_t step = one_message || n <= chunk_floats() ? n : chunk_floats();
+  h.chunk = step == n ? 0 : step;
+  std::uint64_t off = 0;
+  do {
+    const std::uint64_t len = std::min(step, n - off);
+    auto b = snapshot_buffer(len * sizeof(float));
+    const std::span<const std::uint8_t> src(reinterpret_cast<const std::uint8_t*>(params_.data() + off), b->size());
+    h.offset = off;
+    if (off > 0) h.view.clear();  // the view travels once, with the first chunk
+    Message msg = make_message(type, h, b);
+    msg.payload_digest = copy_and_hash(src, b->data());
+    snap.chunks.push_back(b);
+    env_.send(to, std::move(msg));
+    off += len;
+  } while (off < n);
+  return snap;
+}
+
+Pieces Gossip::SentSnapshot::view() const {
+  if (!decoded.empty()) return Pieces(std::span<const float>(decoded));
+  Pieces p;
+  for (const auto& c : chunks) p.parts.push_back(as_floats(*c));
+  return p;
+}
+
+std::size_t Gossip::SentSnapshot::bytes() const {
+  std::size_t n = 0;
+  for (const auto& c : chunks) n += c->size();
+  return n;
 }
 
 void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {

@@ -9,7 +9,9 @@
 //     pick a live neighbour that is not being skipped and not already in one, send
 //     ExchangeRequest{id, clock, weight a, view} *without* parameters, then snapshot x_s and
 //     send ExchangePayload{same fields} + x_s; arm a deadline timer. (Streamed exchange: the
-//     responder's reply does not depend on x_s, so it can travel while x_s does.)
+//     responder's reply does not depend on x_s, so it can travel while x_s does. A large
+//     model's x_s and y_s go in chunks, each sent as soon as it is copied and checked as it
+//     lands: GossipConfig::exchange_chunk_bytes.)
 //  2. The responder, on the request (at its next step boundary, on_message): checks the header
 //     and the parameter count, merges the view, applies the busy rules below, snapshots y_s
 //     and replies ExchangeReply{id, clock, weight b, view} + y_s at once, keeping y_s. On the
@@ -44,6 +46,7 @@
 #include "core/codec.hpp"
 #include "core/env.hpp"
 #include "core/message.hpp"
+#include "core/mix.hpp"
 #include "core/protocol_messages.hpp"
 #include "core/robust.hpp"
 #include "core/view.hpp"
@@ -76,6 +79,11 @@ struct GossipConfig {
   // x_s and whose responder answers only after checking it (bench_exchange_throughput
   // --one-shot compares the two). A responder answers either form whatever this says.
   bool stream_exchanges = true;
+  // Codec none: a snapshot larger than this travels in chunks of this size, each copied,
+  // hashed and handed to the transport in turn, so its first bytes are on the wire while the
+  // rest is still being copied, and the receiver checks each chunk as it lands (docs/wire.md;
+  // bench_exchange_throughput --chunk-mib). At least kMinExchangeChunk floats (256 KiB).
+  std::size_t exchange_chunk_bytes = 4u << 20;
   double exchange_timeout_s = 5.0;   // whole exchange deadline
   double failure_backoff_s = 1.0;    // skip a failed peer for backoff * failures (capped at 8x)
   int suspect_after_failures = 3;
@@ -190,32 +198,40 @@ class Gossip {
   bool founded() const { return founded_; }
   std::size_t exchanges_in_flight() const { return out_.size(); }
   // The exchanges we started and have not finished, read-only (the simulator's invariant
-  // checks: tests/sim/test_invariants.cpp). `reply`: the responder's reply, held until its
-  // ExchangeAccept arrives (null while it has not arrived).
+  // checks: tests/sim/test_invariants.cpp). `reply`: the responder's reply as far as it has
+  // arrived, held until its ExchangeAccept arrives.
   struct OpenExchange {
     PeerId peer;
     std::uint64_t id = 0;
     double weight = 1;                    // ours, a
-    std::span<const float> snapshot;      // x̂_s as the responder received it
+    Pieces snapshot;                      // x̂_s as the responder received it
     bool accepted = false;                // the responder said it mixed x_s
-    const Message* reply = nullptr;
+    std::vector<const Message*> reply;    // the reply's messages (chunks) received so far
   };
   std::vector<OpenExchange> open_exchanges() const;
   const GossipConfig& config() const { return cfg_; }
 
  private:
+  // A snapshot of ours as sent: its payloads (several chunks for codec none and a large
+  // model, else one) and, for a lossy codec, what the receiver decodes from it.
+  struct SentSnapshot {
+    std::vector<std::shared_ptr<const Bytes>> chunks;
+    std::vector<float> decoded;  // x̂_s = decode(payload); empty for codec none
+    Pieces view() const;
+    std::size_t bytes() const;
+  };
   struct Outstanding {
     std::uint64_t id;
     PeerId peer;
-    std::shared_ptr<const Bytes> payload;   // x_s as encoded and sent
-    std::vector<float> decoded;             // x̂_s = decode(payload); empty for codec none
+    SentSnapshot snap;                      // x_s as encoded and sent
     double weight;
     double started;
     std::vector<std::uint32_t> sparse_idx;  // topk: the coordinates S of this exchange
     bool streamed = false;                  // payload sent apart: wait for ExchangeAccept
     bool accepted = false;                  // the responder mixed x_s
-    std::optional<Message> reply = std::nullopt;  // the reply, held until accepted
-    std::span<const float> snapshot() const { return decoded.empty() ? as_floats(*payload) : std::span<const float>(decoded); }
+    std::vector<Message> reply = {};        // the reply's chunks so far, held until complete and accepted
+    std::uint64_t reply_floats = 0;         // codec none: parameters in `reply`
+    bool reply_complete = false;
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
@@ -235,8 +251,16 @@ class Gossip {
   std::size_t find_out(const PeerId& peer, std::optional<std::uint64_t> id = std::nullopt) const;
   void on_exchange_request(const PeerId& from, const Message& msg);
   void on_exchange_reply(const PeerId& from, const Message& msg);
-  // The initiator's side once reply (and, streamed, accept) are in: check, screen, mix.
-  void complete_exchange(const PeerId& from, const Message& msg);
+  // The initiator's side once the whole reply (and, streamed, the accept) is in: check,
+  // screen, mix out_[index].
+  void complete_exchange(std::size_t index);
+  // Codec none: checks one message of a snapshot in chunks (sizes, offset, finiteness);
+  // returns the problem, or empty. `out`: its floats.
+  std::string check_chunk(const Message& msg, const ExchangeMsg& h, std::span<const float>& out) const;
+  // Our snapshot for `type` (ExchangeRequest/Payload/Reply) with header `h`: copied, hashed
+  // and sent to `to` chunk by chunk (codec none; one message when `one_message`), or encoded
+  // and sent whole (lossy codecs).
+  SentSnapshot send_snapshot(const PeerId& to, MsgType type, ExchangeMsg h, bool one_message);
   void on_exchange_payload(const PeerId& from, const Message& msg);
   void on_exchange_accept(const PeerId& from, const Message& msg);
   // Checks of an exchange header that need no payload; returns the problem, or empty.
@@ -262,15 +286,12 @@ class Gossip {
   std::shared_ptr<const Bytes> sparse_request(std::vector<std::uint32_t>& idx);
   void sparse_respond(const PeerId& from, const Message& msg, const ExchangeMsg& h);
   void sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o);
-  // Encodes our live parameters with the codec: the payload, and what the receiver will decode
-  // (`decoded`, left empty for codec none). For codec none the payload is a pooled buffer
-  // (snapshot_buffer) and `digest` its hash64 (XXH3), computed while copying.
-  std::shared_ptr<const Bytes> encode_snapshot(std::vector<float>& decoded, std::optional<std::uint64_t>& digest);
-  // A buffer of n bytes for a snapshot: a pooled one that nobody else holds any more (already
-  // faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its transfer),
-  // else a new one, kept in the pool if there is room (max_in_flight + 1 buffers: the open
-  // exchanges' snapshots and one reply being written).
+  // A buffer of n bytes for a snapshot chunk: a pooled one that nobody else holds any more
+  // (already faulted in: a fresh 100 MB buffer costs more in page faults and zeroing than its
+  // transfer), else a new one, kept in the pool if there is room (the chunks of max_in_flight
+  // + 1 snapshots: the open exchanges' and one reply being written).
   std::shared_ptr<Bytes> snapshot_buffer(std::size_t n);
+  std::uint64_t chunk_floats() const;  // floats per snapshot chunk (codec none)
   std::vector<std::shared_ptr<Bytes>> snapshot_pool_;
   // Decodes a payload; returns the problem, or empty.
   std::string decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
@@ -375,9 +396,9 @@ class Gossip {
     std::uint64_t seq = 0;  // deadline timer
     double weight = 1;      // the initiator's weight a
     double mine_weight = 1; // ours b, as sent in the reply
-    std::shared_ptr<const Bytes> mine;  // y_s as sent
-    std::vector<float> mine_decoded;    // ŷ_s for a lossy codec, else empty
-    std::span<const float> snapshot() const { return mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded); }
+    SentSnapshot mine;      // y_s as sent
+    std::vector<Message> theirs = {};  // codec none: x_s's chunks so far
+    std::uint64_t received = 0;        // parameters in `theirs`
   };
   std::vector<Incoming> in_;
   GossipStats stats_;

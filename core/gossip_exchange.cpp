@@ -49,6 +49,27 @@ std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std
   return {};
 }
 
+std::string Gossip::check_chunk(const Message& msg, const ExchangeMsg& h, std::span<const float>& out) const {
+  if (auto p = check_exchange_header(h); !p.empty()) return p;
+  if (!msg.payload) return "exchange without parameters";
+  const std::uint64_t n = h.param_count, c = h.chunk_floats();
+  if (c < n && c < kMinExchangeChunk)
+    return "chunks of " + std::to_string(c) + " parameters: at least " + std::to_string(kMinExchangeChunk) + " (or the whole model)";
+  if ((n > 0 && h.offset >= n) || (c > 0 && h.offset % c != 0))
+    return "chunk at offset " + std::to_string(h.offset) + " of a model of " + std::to_string(n) + " parameters in chunks of " +
+           std::to_string(c);
+  const std::size_t want = static_cast<std::size_t>(h.floats_here()) * sizeof(float);
+  if (msg.payload->size() != want)
+    return "payload of " + std::to_string(msg.payload->size()) + " bytes, expected " + std::to_string(want) + " (" +
+           std::to_string(h.floats_here()) + " float32)";
+  out = as_floats(*msg.payload);
+  // The receiving transport checked the words as they landed (payload_finite), so the chunk
+  // is not read again for it here.
+  const bool finite = msg.payload_finite ? *msg.payload_finite : all_finite(out);
+  if (!finite) return "non-finite parameters (NaN or Inf) in the payload";
+  return {};
+}
+
 void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   ExchangeMsg h;
   try {
@@ -88,26 +109,21 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   if (cfg_.codec == PayloadCodec::TopK) return sparse_respond(from, msg, h);
   if (!streamed && !screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
-  std::vector<float> mine_decoded;
-  std::optional<std::uint64_t> pdigest;
-  auto mine = encode_snapshot(mine_decoded, pdigest);  // y_s: the live parameters, stable between steps
-  ExchangeMsg r = our_exchange_header(h.exchange_id, b);
-  stats_.payload_bytes_sent += mine->size();
+  // y_s: the live parameters, stable between steps; sent as it is copied.
+  SentSnapshot mine = send_snapshot(from, MsgType::ExchangeReply, our_exchange_header(h.exchange_id, b), false);
+  stats_.payload_bytes_sent += mine.bytes();
   ++stats_.payloads_sent;
-  Message reply = make_message(MsgType::ExchangeReply, r, mine);
-  reply.payload_digest = pdigest;
-  env_.send(from, std::move(reply));
   if (streamed) {
     // Keep y_s until x_s arrives (one streamed exchange per peer: a newer one replaces it, its
     // initiator having given the old one up).
     std::erase_if(in_, [&](const Incoming& x) { return x.peer == from; });
-    Incoming inc{from, h.exchange_id, ++timer_seq_, a, b, std::move(mine), std::move(mine_decoded)};
+    Incoming inc{from, h.exchange_id, ++timer_seq_, a, b, std::move(mine)};
     env_.set_timer(cfg_.exchange_timeout_s, timer_id(kIncomingDeadline, inc.seq));
     in_.push_back(std::move(inc));
     return;
   }
-  const std::span<const float> ys = mine_decoded.empty() ? as_floats(*mine) : std::span<const float>(mine_decoded);
-  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, a / (a + b));  // and relative_distance(ys, theirs)
+  // and relative_distance(ys, theirs)
+  stats_.last_distance = mix_into_with_distance(params_, Pieces(theirs), mine.view(), a / (a + b));
   responder_done(from, h.clock);
 }
 
@@ -138,24 +154,49 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
     return reject(from, e.what());
   }
   auto it = std::find_if(in_.begin(), in_.end(), [&](const Incoming& x) { return x.peer == from && x.id == h.exchange_id; });
-  // Checked whether or not we still wait for it: bad input is bad input.
+  // Checked whether or not we still wait for it: bad input is bad input. A chunk of x_s is
+  // checked as it lands; a bad one, however late in x_s, drops the exchange (nothing mixed on
+  // either side: no accept goes back).
   std::span<const float> theirs;
-  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) {
+  const std::string problem =
+      cfg_.codec == PayloadCodec::None ? check_chunk(msg, h, theirs) : decode_payload(msg, h, scratch_in_, theirs);
+  if (!problem.empty()) {
     if (it != in_.end()) in_.erase(it);
-    return reject(from, p);
+    return reject(from, problem);
   }
   if (it == in_.end()) return;  // we answered Busy, or our deadline for it passed: nothing to mix
+  Pieces xs(theirs);
+  if (cfg_.codec == PayloadCodec::None) {
+    if (h.offset != it->received) {
+      // A chunk went missing (a message lost on the way): x_s cannot be whole.
+      const std::string why = "responder: x_s chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(it->received);
+      in_.erase(it);
+      env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, from, why));
+      return;
+    }
+    it->theirs.push_back(msg);
+    it->received += h.floats_here();
+    if (it->received < h.param_count) return;  // more chunks to come
+    xs.parts.clear();
+    for (const Message& m : it->theirs) xs.parts.push_back(as_floats(*m.payload));
+    h = decode_exchange(it->theirs.front());  // its view
+  }
   Incoming inc = std::move(*it);
   in_.erase(it);
   merge_view(h.view);
   heard_from(from);
-  const std::span<const float> ys = inc.snapshot();
-  if (!screen_model(from, robust_, theirs, ys, h.exchange_id)) return;  // Busy: the initiator mixes nothing
+  const Pieces ys = inc.mine.view();
+  if (robust_.enabled()) {
+    std::vector<float> whole_ys;
+    std::span<const float> model = xs.contiguous(scratch_in_);
+    if (!screen_model(from, robust_, model, ys.contiguous(whole_ys), h.exchange_id)) return;  // Busy: the initiator mixes nothing
+    xs = Pieces(model);
+  }
   // x_s is valid and will be mixed (nothing below can fail): the accept goes out first, so
   // that the initiator's mix overlaps ours instead of following it.
   ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
-  stats_.last_distance = mix_into_with_distance(params_, theirs, ys, inc.weight / (inc.weight + inc.mine_weight));
+  stats_.last_distance = mix_into_with_distance(params_, xs, ys, inc.weight / (inc.weight + inc.mine_weight));
   responder_done(from, h.clock);
 }
 
@@ -171,9 +212,7 @@ void Gossip::on_exchange_accept(const PeerId& from, const Message& msg) {
   const std::size_t i = find_out(from, h.exchange_id);
   if (i == npos || !out_[i].streamed) return;  // late (our deadline passed), or not ours to accept
   out_[i].accepted = true;
-  if (!out_[i].reply) return;  // the reply is still on its way
-  const Message reply = std::move(*out_[i].reply);
-  complete_exchange(from, reply);
+  if (out_[i].reply_complete) complete_exchange(i);  // else the reply is still on its way
 }
 
 void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
@@ -183,42 +222,70 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
-  // Streamed: mix only once the responder says it mixed our x_s; hold the reply until then.
-  if (const std::size_t i = find_out(from, h.exchange_id); i != npos && out_[i].streamed && !out_[i].accepted) {
-    out_[i].reply = msg;
-    return;
+  std::size_t i = find_out(from, h.exchange_id);
+  if (cfg_.codec == PayloadCodec::None) {
+    // Each chunk of y_s is checked as it lands; a bad one fails the exchange (nothing mixed).
+    std::span<const float> chunk;
+    if (auto p = check_chunk(msg, h, chunk); !p.empty()) {
+      if (i != npos) out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (i != npos) ++stats_.failed;
+      return reject(from, p);
+    }
+    if (i == npos) {
+      if (h.offset == 0) ++stats_.late_replies;  // its deadline passed: our side mixes nothing
+      return;
+    }
+    Outstanding& o = out_[i];
+    if (h.offset != o.reply_floats)
+      return fail_exchange(i, "reply chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(o.reply_floats), false);
+    o.reply.push_back(msg);
+    o.reply_floats += h.floats_here();
+    if (o.reply_floats < h.param_count) return;  // more chunks to come
+  } else {
+    if (i == npos) {
+      std::span<const float> theirs;
+      if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) return reject(from, p);
+      ++stats_.late_replies;  // its deadline passed: our side mixes nothing
+      return;
+    }
+    out_[i].reply = {msg};
   }
-  complete_exchange(from, msg);
+  out_[i].reply_complete = true;
+  // Streamed: mix only once the responder says it mixed our x_s; hold the reply until then.
+  if (out_[i].streamed && !out_[i].accepted) return;
+  complete_exchange(i);
 }
 
-void Gossip::complete_exchange(const PeerId& from, const Message& msg) {
-  ExchangeMsg h;
-  try {
-    h = decode_exchange(msg);
-  } catch (const DecodeError& e) {
-    return reject(from, e.what());
-  }
-  std::span<const float> theirs;
-  if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) {
-    if (auto i = find_out(from, h.exchange_id); i != npos) out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
-    ++stats_.failed;
-    return reject(from, p);
+void Gossip::complete_exchange(std::size_t index) {
+  Outstanding o = std::move(out_[index]);
+  out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(index));
+  const PeerId from = o.peer;
+  const Message& first = o.reply.front();
+  const ExchangeMsg h = decode_exchange(first);  // decoded once already
+  Pieces theirs;
+  if (cfg_.codec == PayloadCodec::None) {
+    for (const Message& m : o.reply) theirs.parts.push_back(as_floats(*m.payload));  // checked as they landed
+  } else {
+    std::span<const float> whole;
+    if (auto p = decode_payload(first, h, scratch_in_, whole); !p.empty()) {
+      ++stats_.failed;
+      return reject(from, p);
+    }
+    theirs = Pieces(whole);
   }
   merge_view(h.view);
   heard_from(from);
-  const std::size_t i = find_out(from, h.exchange_id);
-  if (i == npos) {
-    ++stats_.late_replies;  // its deadline passed: our side mixes nothing
-    return;
-  }
-  Outstanding o = std::move(out_[i]);
-  out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
-  if (cfg_.codec == PayloadCodec::TopK) return sparse_finish(from, msg, h, std::move(o));
-  const std::span<const float> xs = o.snapshot();
+  if (cfg_.codec == PayloadCodec::TopK) return sparse_finish(from, first, h, std::move(o));
+  const Pieces xs = o.snap.view();
   const double a = o.weight, b = h.weight;
-  if (!screen_model(from, robust_, theirs, xs, std::nullopt)) {
-    ++stats_.failed;
-    return;
+  if (robust_.enabled()) {
+    std::vector<float> whole_xs;
+    std::span<const float> model = theirs.contiguous(scratch_in_);
+    if (!screen_model(from, robust_, model, xs.contiguous(whole_xs), std::nullopt)) {
+      ++stats_.failed;
+      return;
+    }
+    theirs = Pieces(model);
   }
   stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
   ++stats_.exchanges;

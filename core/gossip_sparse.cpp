@@ -51,7 +51,7 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
   SparseSelection mine;
   try {
     theirs = decode_sparse_reply(*msg.payload, o.sparse_idx.size());
-    mine = decode_sparse_request(*o.payload, params_.size());  // x_s[S] as we sent it
+    mine = decode_sparse_request(*o.snap.chunks.at(0), params_.size());  // x_s[S] as we sent it
   } catch (const DecodeError& e) {
     ++stats_.failed;
     return reject(from, e.what());

@@ -18,8 +18,9 @@ using PeerId = std::string;  // a peer's listen address "host:port" (the sim use
 using Bytes = std::vector<std::uint8_t>;
 
 // 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64;
-// 4: the state transfer can carry the source's extra state after the model (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 4;
+// 4: the state transfer can carry the source's extra state after the model; 5: an exchange's
+// snapshot can travel in chunks, each its own message (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 5;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)

@@ -51,22 +51,78 @@ double relative_distance(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-30});
 }
 
-double mix_into_with_distance(std::span<float> x, std::span<const float> m, std::span<const float> snap, double w) {
-  RUMOR_CHECK(x.size() == m.size() && x.size() == snap.size());
-  const float wf = static_cast<float>(w);
-  float* __restrict px = x.data();
-  const float* __restrict pm = m.data();
-  const float* __restrict ps = snap.data();
+namespace {
+struct DistanceSums {
+  double d = 0, na = 0, nb = 0;
+  double relative() const { return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-30}); }
+};
+
+void mix_with_sums(float* __restrict px, const float* __restrict pm, const float* __restrict ps, std::size_t n, float wf,
+                   DistanceSums& s) {
   double d = 0, na = 0, nb = 0;
 #pragma omp simd reduction(+ : d, na, nb)
-  for (std::size_t i = 0; i < x.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const double a = ps[i], b = pm[i];
     d += (a - b) * (a - b);
     na += a * a;
     nb += b * b;
     px[i] += wf * (pm[i] - ps[i]);
   }
-  return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-30});
+  s.d += d;
+  s.na += na;
+  s.nb += nb;
+}
+}  // namespace
+
+double mix_into_with_distance(std::span<float> x, std::span<const float> m, std::span<const float> snap, double w) {
+  RUMOR_CHECK(x.size() == m.size() && x.size() == snap.size());
+  DistanceSums s;
+  mix_with_sums(x.data(), m.data(), snap.data(), x.size(), static_cast<float>(w), s);
+  return s.relative();
+}
+
+std::size_t Pieces::size() const {
+  std::size_t n = 0;
+  for (const auto& p : parts) n += p.size();
+  return n;
+}
+
+float Pieces::operator[](std::size_t i) const {
+  for (const auto& p : parts) {
+    if (i < p.size()) return p[i];
+    i -= p.size();
+  }
+  RUMOR_CHECK(false && "Pieces: index out of range");
+  return 0;
+}
+
+std::span<const float> Pieces::contiguous(std::vector<float>& scratch) const {
+  if (parts.size() == 1) return parts.front();
+  scratch.resize(size());
+  std::size_t at = 0;
+  for (const auto& p : parts) {
+    std::copy(p.begin(), p.end(), scratch.begin() + static_cast<std::ptrdiff_t>(at));
+    at += p.size();
+  }
+  return scratch;
+}
+
+double mix_into_with_distance(std::span<float> x, const Pieces& m, const Pieces& snap, double w) {
+  RUMOR_CHECK(x.size() == m.size() && x.size() == snap.size());
+  DistanceSums s;
+  const float wf = static_cast<float>(w);
+  // Walk both piece lists at once, one run at a time where neither changes part.
+  std::size_t mi = 0, si = 0, mo = 0, so = 0, at = 0;
+  while (at < x.size()) {
+    while (mo == m.parts[mi].size()) ++mi, mo = 0;
+    while (so == snap.parts[si].size()) ++si, so = 0;
+    const std::size_t n = std::min(m.parts[mi].size() - mo, snap.parts[si].size() - so);
+    mix_with_sums(x.data() + at, m.parts[mi].data() + mo, snap.parts[si].data() + so, n, wf, s);
+    at += n;
+    mo += n;
+    so += n;
+  }
+  return s.relative();
 }
 
 }  // namespace rumor

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <span>
+#include <vector>
 
 namespace rumor {
 
@@ -21,5 +22,20 @@ double l2_norm(std::span<const float> v);
 // mix_into(x, m, snap, w) and relative_distance(snap, m) in one pass over memory (the same
 // results as the two calls); returns the distance.
 double mix_into_with_distance(std::span<float> x, std::span<const float> m, std::span<const float> snap, double w);
+
+// A model held as consecutive pieces: a snapshot sent or received as several messages (an
+// exchange's chunks), or one span.
+struct Pieces {
+  std::vector<std::span<const float>> parts;
+  Pieces() = default;
+  explicit Pieces(std::span<const float> whole) : parts{whole} {}
+  std::size_t size() const;
+  float operator[](std::size_t i) const;  // finds the part (for tests and checks, not loops)
+  // The model in one span: the single part itself, else a copy into `scratch`.
+  std::span<const float> contiguous(std::vector<float>& scratch) const;
+};
+// mix_into_with_distance(x, m, snap, w) where m and snap are in pieces, cut anywhere: the same
+// mixed values; the distance's sums are added in another order (equal to rounding).
+double mix_into_with_distance(std::span<float> x, const Pieces& m, const Pieces& snap, double w);
 
 }  // namespace rumor

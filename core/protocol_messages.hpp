@@ -1,6 +1,7 @@
 // The structured headers of the gossip messages (Cereal binary inside a frame's header
 // section; docs/wire.md). Bulk parameters travel in the frame payload, never in here.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,9 +31,20 @@ struct ExchangeMsg {
   double weight = 1.0;            // sender's mixing weight (1, or samples processed)
   PayloadCodec codec = PayloadCodec::None;
   std::uint64_t param_count = 0;
-  std::vector<MemberDigest> view; // piggybacked membership (sender first)
-  template <class A> void serialize(A& ar) { ar(exchange_id, clock, weight, codec, param_count, view); }
+  std::vector<MemberDigest> view; // piggybacked membership (sender first; empty in later chunks)
+  // Version 5: a codec-none snapshot (ExchangePayload, ExchangeReply) may travel as several
+  // messages of the same exchange, in order, each holding `chunk` floats from `offset` (the
+  // last one what is left), so that the sender hands each to the transport as soon as it is
+  // copied and the receiver checks each as it lands. chunk 0: the whole model in this one
+  // message (offset 0). A chunk is at least kMinExchangeChunk floats unless it is the model.
+  std::uint64_t offset = 0;
+  std::uint64_t chunk = 0;
+  template <class A> void serialize(A& ar) { ar(exchange_id, clock, weight, codec, param_count, view, offset, chunk); }
+  // Floats per message of this snapshot (the whole model for chunk 0), and this message's.
+  std::uint64_t chunk_floats() const { return chunk == 0 || chunk > param_count ? param_count : chunk; }
+  std::uint64_t floats_here() const { return offset < param_count ? std::min(chunk_floats(), param_count - offset) : 0; }
 };
+constexpr std::uint64_t kMinExchangeChunk = 1u << 16;  // floats (256 KiB)
 
 // SWIM-style probe and its answer; both carry a view digest (and so everyone's clock).
 struct PingMsg {

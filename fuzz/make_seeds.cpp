@@ -59,6 +59,12 @@ std::vector<std::pair<std::string, Message>> sample_messages() {
   out.push_back({"exchange_request_streamed", make_message(MsgType::ExchangeRequest, x, nullptr)});
   out.push_back({"exchange_payload", make_message(MsgType::ExchangePayload, x, encode_params(params))});
   out.push_back({"exchange_accept", make_message(MsgType::ExchangeAccept, x, nullptr)});
+  ExchangeMsg chunk = x;  // the 2nd chunk of a 100,000-parameter snapshot in chunks of 65,536 (header only: a short payload)
+  chunk.param_count = 100000;
+  chunk.offset = 65536;
+  chunk.chunk = 65536;
+  chunk.view.clear();
+  out.push_back({"exchange_payload_chunk", make_message(MsgType::ExchangePayload, chunk, encode_params(params))});
   out.push_back({"busy", make_message(ExchangeBusyMsg{7, "crossing exchange", view()})});
   out.push_back({"ping", make_message(MsgType::Ping, PingMsg{5, view(), {}})});
   out.push_back({"ack", make_message(MsgType::Ack, PingMsg{5, view(), "127.0.0.1:7002"})});

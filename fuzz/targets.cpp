@@ -301,6 +301,10 @@ Message structured_message(Input& in, PayloadCodec codec) {
       h.codec = (in.u8() & 3) ? codec : static_cast<PayloadCodec>(in.u8() % 4);
       h.param_count = (in.u8() & 3) ? kFuzzParams : in.u8();
       h.view = fuzz_view(in);
+      if ((in.u8() & 7) == 0) {  // a chunk of a snapshot sent in several messages (version 5)
+        h.offset = in.u32();
+        h.chunk = in.u32();
+      }
       std::shared_ptr<const Bytes> payload;
       if (in.u8() & 1) {
         // Dense floats, some of them wild.

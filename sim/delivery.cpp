@@ -2,8 +2,30 @@
 // during steps, and protocol events turned into events.csv rows and totals.
 #include "sim/simulation_impl.hpp"
 #include "sim/output.hpp"
+#include "core/protocol_messages.hpp"
+#include "core/serial.hpp"
 
 namespace rumor::sim {
+
+namespace {
+// The share of a whole snapshot a payload message carries: 1, except for one chunk of an
+// exchange's snapshot sent in several (GossipConfig::exchange_chunk_bytes), so that a class's
+// exchange_cpu is charged once per snapshot however it is cut.
+double payload_share(const Message& m) {
+  if (!m.payload) return 0;
+  // Payloads under the smallest chunk are not decoded (the simulator's models are mostly
+  // small): only a model's last chunk can be that small, and it is then charged in full.
+  const bool may_be_chunk = m.payload->size() >= kMinExchangeChunk * sizeof(float);
+  if (may_be_chunk && (m.type == MsgType::ExchangeRequest || m.type == MsgType::ExchangeReply || m.type == MsgType::ExchangePayload)) {
+    try {
+      const ExchangeMsg h = decode_exchange(m);
+      if (h.chunk_floats() < h.param_count) return static_cast<double>(h.floats_here()) / static_cast<double>(h.param_count);
+    } catch (const DecodeError&) {
+    }
+  }
+  return 1;
+}
+}  // namespace
 
 // ---------------------------------------------------------------- inputs
 
@@ -24,7 +46,7 @@ void Simulation::Impl::handle(Peer& p, const Input& in) {
       const std::uint32_t from = slots[in.arg].from;
       const Message m = std::move(slots[in.arg].msg);
       free_slot(in.arg);
-      if (m.payload) p.pending_cpu += s.classes[p.cls].exchange_cpu;
+      p.pending_cpu += payload_share(m) * s.classes[p.cls].exchange_cpu;
       p.gossip()->on_message(peers[from].id, m);
       break;
     }
@@ -94,7 +116,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   const std::uint64_t bytes = 32 + msg.header.size() + msg.payload_size();
   f.bytes_sent += bytes;
   totals.bytes += bytes;
-  if (msg.payload) f.pending_cpu += s.classes[f.cls].exchange_cpu;
+  f.pending_cpu += payload_share(msg) * s.classes[f.cls].exchange_cpu;
   const double at = net->transmit(from, ti, bytes, now);
   if (at < 0) {
     ++totals.dropped;

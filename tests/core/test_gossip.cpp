@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "cluster.hpp"
@@ -360,78 +361,236 @@ struct TimerEnv final : Env {
   void set_timer(double, std::uint64_t id) override { timers.push_back(id); }
   void disconnect(const PeerId&) override {}
   Rng& rng() override { return r; }
-  void event(const ProtocolEvent&) override {}
+  std::vector<std::string> reasons;  // of every event
+  void event(const ProtocolEvent& e) override { reasons.push_back(e.reason); }
 };
 }  // namespace
 
-TEST_CASE("gossip: x_s bad only in its last chunk leaves both sides unmixed (NaN, Inf, or corrupted on the wire)") {
-  // 1.2 MB of parameters: the last value is what goes wrong, after everything else (and the
-  // reply) went through. "corrupt": the transport refused the frame on its checksum, so B never
-  // gets x_s; "nan_net": B's transport flagged it while receiving (Message::payload_finite);
-  // "nan"/"inf": the flag is unset and the protocol checks the values itself.
-  const std::size_t n = 300'000;
-  for (const std::string how : {"corrupt", "nan_net", "nan", "inf"}) {
-    INFO(how);
-    TimerEnv ea, eb;
-    GossipConfig cfg;
+namespace {
+// Two peers "a" and "b" that know each other, with different models of n floats, whose
+// exchanges a test drives message by message.
+struct Pair {
+  TimerEnv ea, eb;
+  std::vector<float> pa, pb, pa0, pb0;
+  std::unique_ptr<Gossip> a, b;
+  Pair(std::size_t n, GossipConfig cfg) : pa(n), pb(n) {
     cfg.fetch_state = false;
-    std::vector<float> pa(n), pb(n);
     for (std::size_t i = 0; i < n; ++i) {
       pa[i] = 0.001f * static_cast<float>(i % 997);
       pb[i] = 1.0f - 0.002f * static_cast<float>(i % 991);
     }
-    const std::vector<float> pa0 = pa, pb0 = pb;
-    Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
-    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
-    a.start({});
-    b.start({});
-    a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+    pa0 = pa;
+    pb0 = pb;
+    a = std::make_unique<Gossip>(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+    b = std::make_unique<Gossip>(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    a->start({});
+    b->start({});
+    a->on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
     ea.sent.clear();
     ea.timers.clear();
-    a.on_step_done(1, 10);
-    REQUIRE(ea.sent.size() == 2);
-    REQUIRE(ea.sent[1].second.type == MsgType::ExchangePayload);
-    b.on_message("a", ea.sent[0].second);  // the header: B replies with y_s at once
-    REQUIRE(eb.sent.size() == 1);
-    REQUIRE(eb.sent[0].second.type == MsgType::ExchangeReply);
-    a.on_message("b", eb.sent[0].second);  // the reply arrives whole and good: A holds it
+  }
+  static std::vector<Message> of(const std::vector<std::pair<PeerId, Message>>& sent, MsgType t) {
+    std::vector<Message> v;
+    for (const auto& [to, m] : sent)
+      if (m.type == t) v.push_back(m);
+    return v;
+  }
+};
+
+GossipConfig chunked(std::size_t bytes) {
+  GossipConfig cfg;
+  cfg.exchange_chunk_bytes = bytes;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("gossip: a large snapshot travels in chunks, each checked as it lands, and mixes exactly as one message") {
+  // 1.2 MB of parameters: one message with the default 4 MiB chunks, five with 256 KiB ones
+  // (65,536 floats; the last holds the 37,856 left).
+  const std::size_t n = 300'000;
+  std::vector<float> whole_a, whole_b;
+  for (const std::size_t chunk : {std::size_t{4} << 20, std::size_t{256} << 10}) {
+    INFO("chunk bytes " << chunk);
+    Pair p(n, chunked(chunk));
+    const std::size_t k = chunk == (256u << 10) ? 5 : 1;
+    p.a->on_step_done(1, 10);
+    REQUIRE(p.ea.sent.size() == 1 + k);
+    CHECK(p.ea.sent[0].second.type == MsgType::ExchangeRequest);
+    const auto xs = Pair::of(p.ea.sent, MsgType::ExchangePayload);
+    REQUIRE(xs.size() == k);
+    for (std::size_t i = 0; i < k; ++i) {
+      const ExchangeMsg h = decode_exchange(xs[i]);
+      CHECK(h.offset == i * 65536);
+      CHECK(h.chunk == (k == 1 ? 0 : 65536));
+      CHECK(h.view.empty() == (i > 0));  // the view travels once
+      CHECK(xs[i].payload->size() == (i + 1 < k ? 65536 : n - (k - 1) * 65536) * sizeof(float));
+      CHECK(xs[i].payload_digest == hash64(*xs[i].payload));  // hashed while copied
+      CHECK(std::memcmp(xs[i].payload->data(), p.pa0.data() + h.offset, xs[i].payload->size()) == 0);
+    }
+    p.b->on_message("a", p.ea.sent[0].second);  // the header: B replies with y_s at once
+    const auto ys = Pair::of(p.eb.sent, MsgType::ExchangeReply);
+    REQUIRE(ys.size() == k);
+    CHECK(decode_exchange(ys[k - 1]).offset == (k - 1) * 65536);
+    // The chunks cross: nobody mixes, and B accepts nothing, before the last one is in.
+    for (std::size_t i = 0; i < k; ++i) {
+      p.a->on_message("b", ys[i]);
+      if (i + 1 < k) p.b->on_message("a", xs[i]);
+      CHECK(p.pa == p.pa0);
+      CHECK(p.pb == p.pb0);
+      CHECK(Pair::of(p.eb.sent, MsgType::ExchangeAccept).empty());
+    }
+    p.b->on_message("a", xs[k - 1]);
+    const auto acc = Pair::of(p.eb.sent, MsgType::ExchangeAccept);
+    REQUIRE(acc.size() == 1);
+    CHECK(p.pb != p.pb0);
+    CHECK(p.pa == p.pa0);  // A mixes on the accept
+    p.a->on_message("b", acc[0]);
+    CHECK(p.a->stats().exchanges == 1);
+    CHECK(p.b->stats().answered == 1);
+    CHECK(p.a->stats().payload_bytes_sent == n * sizeof(float));
+    for (std::size_t i : {std::size_t{0}, std::size_t{65535}, std::size_t{65536}, n / 2, n - 1})
+      CHECK(double(p.pa[i]) + double(p.pb[i]) == doctest::Approx(double(p.pa0[i]) + double(p.pb0[i])).epsilon(1e-6));
+    if (whole_a.empty()) {
+      whole_a = p.pa;
+      whole_b = p.pb;
+    } else {
+      CHECK(p.pa == whole_a);  // the same floats, bit for bit, however the snapshots were cut
+      CHECK(p.pb == whole_b);
+    }
+  }
+}
+
+TEST_CASE("gossip: x_s bad only in its last chunk leaves both sides unmixed (NaN, Inf, corrupted, missing, short)") {
+  // x_s in five chunks of 256 KiB; the last one is what goes wrong, after the others were
+  // checked and kept and the reply went through. "corrupt": the transport refused its frame
+  // on the checksum, so it never comes; "nan_net": B's transport flagged it while receiving
+  // (Message::payload_finite); "nan"/"inf": the flag is unset and the protocol checks the
+  // values itself; "gap": the 4th chunk was lost and the 5th comes; "short": the last chunk
+  // holds one float too few.
+  const std::size_t n = 300'000;
+  for (const std::string how : {"corrupt", "nan_net", "nan", "inf", "gap", "short"}) {
+    INFO(how);
+    Pair p(n, chunked(256u << 10));
+    p.a->on_step_done(1, 10);
+    const auto xs = Pair::of(p.ea.sent, MsgType::ExchangePayload);
+    REQUIRE(xs.size() == 5);
+    p.b->on_message("a", p.ea.sent[0].second);  // the header: B replies with y_s at once
+    for (const Message& y : Pair::of(p.eb.sent, MsgType::ExchangeReply)) p.a->on_message("b", y);  // whole and good: A holds it
+    for (std::size_t i = 0; i < 3; ++i) p.b->on_message("a", xs[i]);
+    if (how != "gap") p.b->on_message("a", xs[3]);
     if (how != "corrupt") {
-      Message x = ea.sent[1].second;
+      Message x = xs[4];
       auto bad = std::make_shared<Bytes>(*x.payload);
-      const float v = how == "inf" ? INFINITY : NAN;
-      std::memcpy(bad->data() + bad->size() - sizeof(float), &v, sizeof(float));
+      if (how == "short") {
+        bad->resize(bad->size() - sizeof(float));
+      } else if (how != "gap") {
+        const float v = how == "inf" ? INFINITY : NAN;
+        std::memcpy(bad->data() + bad->size() - sizeof(float), &v, sizeof(float));
+      }
       x.payload = bad;
       x.payload_digest = hash64(*bad);
       if (how == "nan_net") x.payload_finite = false;
-      b.on_message("a", x);
-      CHECK(b.stats().rejected == 1);
+      p.b->on_message("a", x);
+      CHECK(p.b->stats().rejected == (how == "gap" ? 0 : 1));  // a lost chunk is no bad input
+      if (how == "gap") p.b->on_message("a", xs[3]);  // comes late, after the 5th: x_s was dropped already
     }
-    CHECK(eb.sent.size() == 1);  // no ExchangeAccept
+    CHECK(Pair::of(p.eb.sent, MsgType::ExchangeAccept).empty());
+    CHECK(p.pb == p.pb0);
     // The deadlines pass on both sides (the timers armed so far: handlers arm new ones, so a
     // copy is walked, not the vector they grow).
-    for (std::uint64_t t : std::vector<std::uint64_t>(eb.timers)) b.on_timer(t);
-    for (std::uint64_t t : std::vector<std::uint64_t>(ea.timers)) a.on_timer(t);
-    CHECK(pa == pa0);
-    CHECK(pb == pb0);
-    CHECK(a.stats().exchanges == 0);
-    CHECK(a.stats().failed == 1);
-    CHECK(b.stats().answered == 0);
-    CHECK(a.exchanges_in_flight() == 0);
-    // The same exchange with a good x_s mixes on both sides and conserves the sum.
-    a.on_message("b", make_message(MsgType::Ping, PingMsg{2, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));  // not skipped now
-    ea.sent.clear();
-    eb.sent.clear();
-    a.on_step_done(2, 20);
-    REQUIRE(ea.sent.size() == 2);
-    b.on_message("a", ea.sent[0].second);
-    REQUIRE(!eb.sent.empty());
-    a.on_message("b", eb.sent.back().second);
-    b.on_message("a", ea.sent[1].second);
-    REQUIRE(eb.sent.back().second.type == MsgType::ExchangeAccept);
-    a.on_message("b", eb.sent.back().second);
-    CHECK(a.stats().exchanges == 1);
-    CHECK(pa != pa0);
+    for (std::uint64_t t : std::vector<std::uint64_t>(p.eb.timers)) p.b->on_timer(t);
+    for (std::uint64_t t : std::vector<std::uint64_t>(p.ea.timers)) p.a->on_timer(t);
+    CHECK(p.pa == p.pa0);
+    CHECK(p.pb == p.pb0);
+    CHECK(p.a->stats().exchanges == 0);
+    CHECK(p.a->stats().failed == 1);
+    CHECK(p.b->stats().answered == 0);
+    CHECK(p.a->exchanges_in_flight() == 0);
+    // The same pair with a good x_s mixes on both sides and conserves the sum.
+    p.a->on_message("b", make_message(MsgType::Ping, PingMsg{2, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));  // not skipped now
+    p.ea.sent.clear();
+    p.eb.sent.clear();
+    p.a->on_step_done(2, 20);
+    p.b->on_message("a", p.ea.sent[0].second);
+    for (const Message& y : Pair::of(p.eb.sent, MsgType::ExchangeReply)) p.a->on_message("b", y);
+    for (const Message& x : Pair::of(p.ea.sent, MsgType::ExchangePayload)) p.b->on_message("a", x);
+    const auto acc = Pair::of(p.eb.sent, MsgType::ExchangeAccept);
+    REQUIRE(acc.size() == 1);
+    p.a->on_message("b", acc[0]);
+    CHECK(p.a->stats().exchanges == 1);
+    CHECK(p.pa != p.pa0);
     for (std::size_t i : {std::size_t{0}, n / 2, n - 1})
-      CHECK(double(pa[i]) + double(pb[i]) == doctest::Approx(double(pa0[i]) + double(pb0[i])).epsilon(1e-6));
+      CHECK(double(p.pa[i]) + double(p.pb[i]) == doctest::Approx(double(p.pa0[i]) + double(p.pb0[i])).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("gossip: a reply chunk that is bad or out of place fails the exchange on the initiator, which mixes nothing") {
+  const std::size_t n = 300'000;
+  for (const std::string how : {"nan", "gap"}) {
+    INFO(how);
+    Pair p(n, chunked(256u << 10));
+    p.a->on_step_done(1, 10);
+    p.b->on_message("a", p.ea.sent[0].second);
+    auto ys = Pair::of(p.eb.sent, MsgType::ExchangeReply);
+    REQUIRE(ys.size() == 5);
+    if (how == "nan") {
+      auto bad = std::make_shared<Bytes>(*ys[2].payload);
+      const float v = NAN;
+      std::memcpy(bad->data(), &v, sizeof v);
+      ys[2].payload = bad;
+      ys[2].payload_digest.reset();
+    } else {
+      std::swap(ys[2], ys[3]);  // out of order: the 3rd comes after the 4th
+    }
+    for (const Message& y : ys) p.a->on_message("b", y);
+    // B's accept (as if x_s had reached it): A has nothing left to mix.
+    p.a->on_message("b", make_message(MsgType::ExchangeAccept, decode_exchange(ys[0]), nullptr));
+    CHECK(p.a->exchanges_in_flight() == 0);  // given up at once
+    CHECK(p.a->stats().failed == 1);
+    CHECK(p.a->stats().rejected == (how == "nan" ? 1 : 0));
+    CHECK(p.pa == p.pa0);
+  }
+}
+
+TEST_CASE("gossip: chunk headers that do not fit the model are refused as bad input and change nothing") {
+  const std::size_t n = 200'000;
+  struct Case {
+    const char* what;
+    std::uint64_t offset, chunk, floats;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"chunks below the minimum", 0, 1000, 1000, "at least 65536"},
+      {"offset not on a chunk boundary", 1000, 65536, 65536, "chunk at offset 1000"},
+      {"offset past the model", 262144, 65536, 65536, "chunk at offset 262144"},
+      {"a middle chunk too short", 65536, 65536, 65535, "expected 262144"},
+      {"a last chunk too long", 196608, 65536, 65536, "expected 13568"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    TimerEnv eb;
+    std::vector<float> pb(n, 1.0f);
+    Gossip b(eb, GossipConfig{}, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    b.start({});
+    ExchangeMsg h;
+    h.exchange_id = 3;
+    h.param_count = n;
+    h.view = {MemberDigest{"evil", 0, MemberState::Alive, 0}};
+    b.on_message("evil", make_message(MsgType::ExchangeRequest, h, nullptr));
+    REQUIRE(eb.sent.size() == 1);  // the reply
+    h.offset = c.offset;
+    h.chunk = c.chunk;
+    b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>(c.floats, 2.0f))));
+    CHECK(b.stats().rejected == 1);
+    REQUIRE(!eb.reasons.empty());
+    CHECK(eb.reasons.back().find(c.says) != std::string::npos);
+    CHECK(eb.sent.size() == 1);  // no accept
+    CHECK(pb == std::vector<float>(n, 1.0f));
+    // The exchange is over: even a whole, good x_s for it is not mixed now.
+    h.offset = 0;
+    h.chunk = 0;
+    b.on_message("evil", make_message(MsgType::ExchangePayload, h, encode_params(std::vector<float>(n, 2.0f))));
+    CHECK(pb == std::vector<float>(n, 1.0f));
+    CHECK(b.stats().answered == 0);
   }
 }

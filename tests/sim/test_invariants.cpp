@@ -74,10 +74,12 @@ double conserved_sum(const Simulation& sim, std::size_t c, std::size_t* owed = n
   for (std::uint32_t i = 0; i < sim.ids(); ++i)
     if (sim.state(i) != PeerState::Crashed && sim.state(i) != PeerState::Left && !sim.params(i).empty())
       s += sim.params(i)[c];
-  std::map<std::tuple<PeerId, PeerId, std::uint64_t>, const Message*> accepts, replies;
+  // A reply may travel in chunks (a large model): those held by the initiator, then those in flight.
+  std::map<std::tuple<PeerId, PeerId, std::uint64_t>, const Message*> accepts;
+  std::map<std::tuple<PeerId, PeerId, std::uint64_t>, std::vector<const Message*>> replies;
   sim.for_each_message_in_flight([&](const PeerId& from, const PeerId& to, const Message& m) {
     if (m.type == MsgType::ExchangeAccept) accepts[{from, to, decode_exchange(m).exchange_id}] = &m;
-    if (m.type == MsgType::ExchangeReply) replies[{from, to, decode_exchange(m).exchange_id}] = &m;
+    if (m.type == MsgType::ExchangeReply) replies[{from, to, decode_exchange(m).exchange_id}].push_back(&m);
   });
   for (std::uint32_t i = 0; i < sim.ids(); ++i) {
     const Gossip* g = sim.gossip(i);
@@ -86,12 +88,17 @@ double conserved_sum(const Simulation& sim, std::size_t c, std::size_t* owed = n
     for (const auto& o : g->open_exchanges()) {
       const auto key = std::make_tuple(o.peer, me, o.id);
       if (!o.accepted && !accepts.count(key)) continue;  // the responder has not mixed (yet)
-      const Message* reply = o.reply;
-      if (!reply && replies.count(key)) reply = replies[key];
-      REQUIRE_MESSAGE(reply, "exchange ", o.id, " of ", me, " accepted but its reply is nowhere");
-      const ExchangeMsg h = decode_exchange(*reply);
-      const auto ys = as_floats(*reply->payload);
-      s += h.weight / (o.weight + h.weight) * (static_cast<double>(ys[c]) - o.snapshot[c]);
+      std::vector<const Message*> reply = o.reply;
+      if (replies.count(key)) reply.insert(reply.end(), replies[key].begin(), replies[key].end());
+      const Message* holder = nullptr;
+      for (const Message* m : reply) {
+        const ExchangeMsg h = decode_exchange(*m);
+        if (c >= h.offset && c < h.offset + h.floats_here()) holder = m;
+      }
+      REQUIRE_MESSAGE(holder, "exchange ", o.id, " of ", me, " accepted but its reply is nowhere");
+      const ExchangeMsg h = decode_exchange(*holder);
+      const auto ys = as_floats(*holder->payload);
+      s += h.weight / (o.weight + h.weight) * (static_cast<double>(ys[c - h.offset]) - o.snapshot[c]);
       if (owed) ++*owed;
     }
   }
