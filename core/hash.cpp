@@ -45,8 +45,10 @@ namespace {
 
 // Copies len bytes from src to dst. From a source that is in cache (it has just been hashed),
 // with non-temporal stores where the CPU has them: the destination lines are written without
-// being read first, so a copy moves 2 bytes of memory traffic per byte instead of 3 (the
-// snapshot is not read again until the transport writes it, long after it left the cache).
+// being read first, so a copy moves 2 bytes of memory traffic per byte instead of 3. (An
+// exchange's snapshot goes out in 4 MiB chunks, each written by the transport soon after it
+// is copied; copying with ordinary stores, which would leave part of it in cache for that,
+// did no better in bench_exchange_throughput on the 2-core VM: bench/README.md.)
 // The caller issues the store fence.
 void copy_streaming(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
 #if defined(__AVX__) || defined(__SSE2__)
