@@ -139,6 +139,10 @@ class PeerLoop {
   void reset_interval();
   // Exchanges completed, as initiator and as responder.
   std::uint64_t exchanges() const { return gossip_.stats().exchanges + gossip_.stats().answered; }
+  // The time training took per exchange (H steps' worth of step time), at least `floor`;
+  // `untrained` before any step was timed. Settling, the staleness wait and the Python
+  // module's serve() start exchanges no faster than this.
+  double training_pace(double floor, double untrained) const;
 
  private:
   bool stop_rule() const;
@@ -153,9 +157,6 @@ class PeerLoop {
   // Gossip::on_idle at most once per `interval`, letting it start an exchange at most once
   // per `exchange_every` (a multiple of interval, or equal to it).
   void idle_if_due(double interval, double exchange_every);
-  // The time training took per exchange (H steps' worth of step time), at least `floor`;
-  // `untrained` before any step was timed.
-  double training_pace(double floor, double untrained) const;
   void emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
             std::string reason);
 

@@ -253,6 +253,10 @@ bool Node::serve(double seconds, double max_seconds) {
   Entry entry(*this, false);
   const auto t0 = Clock::now();
   double last_idle = -1;
+  // As a settling rumor-peer: exchanges at the pace training had, not faster. Peers that have
+  // finished hold still models; swapping them every few ms only takes the cores that a peer
+  // still training (and evaluating) needs.
+  const double tick = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
   for (;;) {
     drain();
     const LoopAction a = rt_->loop().next();
@@ -263,12 +267,12 @@ bool Node::serve(double seconds, double max_seconds) {
     double until = now + left;
     if (a.kind == LoopAction::Kind::Step) {
       // Not training: keep averaging as a settling peer does (Gossip::on_idle starts an
-      // exchange when a slot is free), at most every kSettleTickUntrained seconds.
-      if (last_idle < 0 || now - last_idle >= LoopSettings::kSettleTickUntrained) {
+      // exchange when a slot is free), at most once per `tick`.
+      if (last_idle < 0 || now - last_idle >= tick) {
         rt_->gossip().on_idle();
         last_idle = now;
       }
-      until = std::min(until, last_idle + LoopSettings::kSettleTickUntrained);
+      until = std::min(until, last_idle + tick);
     } else {
       until = std::min(until, a.until);
     }
