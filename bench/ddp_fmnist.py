@@ -226,8 +226,28 @@ def main():
         os.environ.setdefault(v, "1")
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    mp.spawn(worker, args=(args, free_port(), results), nprocs=args.world, join=True)
+    # (The context must stay referenced: it holds the queues the ranks unpickle at start.)
+    spawned = mp.spawn(worker, args=(args, free_port(), results), nprocs=args.world, join=False)
+    procs = spawned.processes
+    # Rank 0 hands over its figures after the last barrier. A rank that dies first ends the
+    # run with its exit code; a rank that is still in gloo's teardown 30 s after the figures
+    # came (seen here: one rank spinning in a socket loop for ever after the others exited)
+    # is terminated, since everything measured is in: mp.spawn(join=True) would wait for it.
+    while results.empty():
+        dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        if dead:
+            for p in procs:
+                p.terminate()
+            sys.exit(f"ddp: rank {dead[0][0]} exited with code {dead[0][1]} before the run ended")
+        time.sleep(0.2)
     out, lib = results.get()
+    deadline = time.monotonic() + 30
+    for i, p in enumerate(procs):
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            print(f"ddp: rank {i} still in teardown 30 s after the run ended: terminated", file=sys.stderr, flush=True)
+            p.terminate()
+            p.join(5)
     for k, v in out.items():
         print(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}")
     print(f"ddp_blas {lib}")

@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,11 +41,19 @@ QUICKSTART = os.path.join(ROOT, "examples", "torch_quickstart.py")
 
 def run(cmd, timeout):
     t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return r.stdout, time.monotonic() - t0
+    # In its own process group, so that a timeout stops the whole run (the peers, DDP's ranks),
+    # not just the launcher, leaving its children spinning.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        sys.exit(f"timed out after {timeout:.0f} s (stopped): {' '.join(cmd)}\n{out[-2000:]}\n{err[-3000:]}")
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{out[-2000:]}\n{err[-3000:]}")
+    return out, time.monotonic() - t0
 
 
 def evals(path):
