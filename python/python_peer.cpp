@@ -253,11 +253,15 @@ bool Node::serve(double seconds, double max_seconds) {
   Entry entry(*this, false);
   const auto t0 = Clock::now();
   double last_idle = -1;
-  // As a settling rumor-peer: exchanges at the pace training had, not faster. Peers that have
-  // finished hold still models; swapping them every few ms only takes the cores that a peer
-  // still training (and evaluating) needs.
-  const double tick = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+  // Exchanges every kSettleTickUntrained while the models still differ, so that the peers end
+  // together; once the last exchange found the two models equal (kSettledDistance), no faster
+  // than training did (as a settling rumor-peer): peers that have finished hold still, equal
+  // models, and swapping them every few ms only takes the cores that a peer still training
+  // (and evaluating) needs.
+  const double slow = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+  const double fast = std::min(slow, LoopSettings::kSettleTickUntrained);
   for (;;) {
+    const double tick = rt_->gossip().stats().last_distance < LoopSettings::kSettledDistance ? slow : fast;
     drain();
     const LoopAction a = rt_->loop().next();
     const double left = (rt_->loop().others_behind() ? std::max(seconds, max_seconds) : seconds) - since(t0);

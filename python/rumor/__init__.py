@@ -222,8 +222,9 @@ class Peer:
 
     def serve(self, seconds, max_seconds=0.0):
         """Averages with the swarm for `seconds` without training (GIL released): answers
-        exchanges, state transfers to joiners and probes, and starts exchanges itself (as a
-        settling rumor-peer does: no faster than training did, 10 ms apart if it never stepped). Between steps a peer answers the swarm in
+        exchanges, state transfers to joiners and probes, and starts exchanges itself (every
+        10 ms while the models differ; once an exchange found them equal, no faster than
+        training did). Between steps a peer answers the swarm in
         the background anyway (docs/python.md); call this after training so that the peers end
         close to the swarm's average. With max_seconds: keeps serving past `seconds`, up to
         max_seconds, while a live peer is still behind this one's clock (still training), as
