@@ -42,9 +42,17 @@ class SafeBinaryInputArchive
 };
 
 template <class T>
-inline typename std::enable_if<std::is_arithmetic<T>::value, void>::type CEREAL_LOAD_FUNCTION_NAME(
-    SafeBinaryInputArchive& ar, T& t) {
+inline typename std::enable_if<std::is_arithmetic<T>::value && !std::is_same<T, bool>::value, void>::type
+CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, T& t) {
   ar.loadBinary(std::addressof(t), sizeof(t));
+}
+// A bool travels as one byte, 0 or 1; any other byte would be an invalid bool (undefined
+// behaviour to read), so it is refused.
+inline void CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, bool& t) {
+  std::uint8_t b = 0;
+  ar.loadBinary(&b, 1);
+  if (b > 1) throw DecodeError("boolean field holds " + std::to_string(b) + ", not 0 or 1");
+  t = b != 0;
 }
 template <class T>
 inline void CEREAL_SERIALIZE_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::NameValuePair<T>& t) {
