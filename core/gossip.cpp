@@ -153,7 +153,7 @@ std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
   std::vector<OpenExchange> v;
   for (const Outstanding& o : out_) {
     std::vector<const Message*> reply;
-    for (const Message& m : o.reply) reply.push_back(&m);
+    for (const Message& m : o.reply.chunks) reply.push_back(&m);
     v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, std::move(reply)});
   }
   return v;
@@ -272,6 +272,19 @@ Pieces Gossip::SentSnapshot::view() const {
   if (!decoded.empty()) return Pieces(std::span<const float>(decoded));
   Pieces p;
   for (const auto& c : chunks) p.parts.push_back(as_floats(*c));
+  return p;
+}
+
+bool Gossip::ReceivedSnapshot::add(const Message& msg, const ExchangeMsg& h) {
+  if (h.offset != floats) return false;
+  chunks.push_back(msg);
+  floats += h.floats_here();
+  return true;
+}
+
+Pieces Gossip::ReceivedSnapshot::view() const {
+  Pieces p;
+  for (const Message& m : chunks) p.parts.push_back(as_floats(*m.payload));
   return p;
 }
 

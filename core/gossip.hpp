@@ -220,6 +220,15 @@ class Gossip {
     Pieces view() const;
     std::size_t bytes() const;
   };
+  // A snapshot of theirs as it arrives (codec none: in chunks, in order, each checked as it
+  // landed; other codecs: the one message), kept as received: no reassembly copy.
+  struct ReceivedSnapshot {
+    std::vector<Message> chunks;
+    std::uint64_t floats = 0;  // parameters in `chunks` (codec none)
+    // Keeps the chunk `h` heads if it is the next one; false if it is not (one went missing).
+    bool add(const Message& msg, const ExchangeMsg& h);
+    Pieces view() const;
+  };
   struct Outstanding {
     std::uint64_t id;
     PeerId peer;
@@ -229,8 +238,7 @@ class Gossip {
     std::vector<std::uint32_t> sparse_idx;  // topk: the coordinates S of this exchange
     bool streamed = false;                  // payload sent apart: wait for ExchangeAccept
     bool accepted = false;                  // the responder mixed x_s
-    std::vector<Message> reply = {};        // the reply's chunks so far, held until complete and accepted
-    std::uint64_t reply_floats = 0;         // codec none: parameters in `reply`
+    ReceivedSnapshot reply = {};            // y_s so far, held until complete and accepted
     bool reply_complete = false;
   };
   enum TimerKind : std::uint64_t {
@@ -397,8 +405,7 @@ class Gossip {
     double weight = 1;      // the initiator's weight a
     double mine_weight = 1; // ours b, as sent in the reply
     SentSnapshot mine;      // y_s as sent
-    std::vector<Message> theirs = {};  // codec none: x_s's chunks so far
-    std::uint64_t received = 0;        // parameters in `theirs`
+    ReceivedSnapshot theirs = {};  // codec none: x_s so far
   };
   std::vector<Incoming> in_;
   GossipStats stats_;

@@ -167,19 +167,17 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   if (it == in_.end()) return;  // we answered Busy, or our deadline for it passed: nothing to mix
   Pieces xs(theirs);
   if (cfg_.codec == PayloadCodec::None) {
-    if (h.offset != it->received) {
+    if (!it->theirs.add(msg, h)) {
       // A chunk went missing (a message lost on the way): x_s cannot be whole.
-      const std::string why = "responder: x_s chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(it->received);
+      const std::string why =
+          "responder: x_s chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(it->theirs.floats);
       in_.erase(it);
       env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, from, why));
       return;
     }
-    it->theirs.push_back(msg);
-    it->received += h.floats_here();
-    if (it->received < h.param_count) return;  // more chunks to come
-    xs.parts.clear();
-    for (const Message& m : it->theirs) xs.parts.push_back(as_floats(*m.payload));
-    h = decode_exchange(it->theirs.front());  // its view
+    if (it->theirs.floats < h.param_count) return;  // more chunks to come
+    xs = it->theirs.view();
+    h = decode_exchange(it->theirs.chunks.front());  // its view
   }
   Incoming inc = std::move(*it);
   in_.erase(it);
@@ -227,20 +225,20 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     // Each chunk of y_s is checked as it lands; a bad one fails the exchange (nothing mixed).
     std::span<const float> chunk;
     if (auto p = check_chunk(msg, h, chunk); !p.empty()) {
-      if (i != npos) out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (i != npos) ++stats_.failed;
+      if (i != npos) {
+        out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+        ++stats_.failed;
+      }
       return reject(from, p);
     }
     if (i == npos) {
       if (h.offset == 0) ++stats_.late_replies;  // its deadline passed: our side mixes nothing
       return;
     }
-    Outstanding& o = out_[i];
-    if (h.offset != o.reply_floats)
-      return fail_exchange(i, "reply chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(o.reply_floats), false);
-    o.reply.push_back(msg);
-    o.reply_floats += h.floats_here();
-    if (o.reply_floats < h.param_count) return;  // more chunks to come
+    ReceivedSnapshot& reply = out_[i].reply;
+    if (!reply.add(msg, h))
+      return fail_exchange(i, "reply chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(reply.floats), false);
+    if (reply.floats < h.param_count) return;  // more chunks to come
   } else {
     if (i == npos) {
       std::span<const float> theirs;
@@ -248,7 +246,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
       ++stats_.late_replies;  // its deadline passed: our side mixes nothing
       return;
     }
-    out_[i].reply = {msg};
+    out_[i].reply.chunks = {msg};
   }
   out_[i].reply_complete = true;
   // Streamed: mix only once the responder says it mixed our x_s; hold the reply until then.
@@ -260,11 +258,11 @@ void Gossip::complete_exchange(std::size_t index) {
   Outstanding o = std::move(out_[index]);
   out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(index));
   const PeerId from = o.peer;
-  const Message& first = o.reply.front();
+  const Message& first = o.reply.chunks.front();
   const ExchangeMsg h = decode_exchange(first);  // decoded once already
   Pieces theirs;
   if (cfg_.codec == PayloadCodec::None) {
-    for (const Message& m : o.reply) theirs.parts.push_back(as_floats(*m.payload));  // checked as they landed
+    theirs = o.reply.view();  // checked as they landed
   } else {
     std::span<const float> whole;
     if (auto p = decode_payload(first, h, scratch_in_, whole); !p.empty()) {
