@@ -91,7 +91,7 @@ void Gossip::start_exchange() {
   const double now = env_.now();
   std::vector<PeerId> candidates;
   const auto usable = [&](const PeerId& id, const Member& m) {
-    return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos;
+    return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id);
   };
   if (cfg_.neighbours.empty()) {
     // Uniform over the usable Alive members. Most are usable, so a few random draws from the
@@ -132,6 +132,10 @@ void Gossip::start_exchange() {
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
+}
+
+bool Gossip::answering(const PeerId& peer) const {
+  return std::any_of(in_.begin(), in_.end(), [&](const Incoming& x) { return x.peer == peer; });
 }
 
 std::size_t Gossip::find_out(const PeerId& peer, std::optional<std::uint64_t> id) const {

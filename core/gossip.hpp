@@ -257,6 +257,8 @@ class Gossip {
   void note_failure(const PeerId& peer);
   // Index in out_ of the exchange with `peer` (and id, if given), or npos.
   std::size_t find_out(const PeerId& peer, std::optional<std::uint64_t> id = std::nullopt) const;
+  // A streamed exchange that `peer` started is still open here (we replied, x_s is on its way).
+  bool answering(const PeerId& peer) const;
   void on_exchange_request(const PeerId& from, const Message& msg);
   void on_exchange_reply(const PeerId& from, const Message& msg);
   // The initiator's side once the whole reply (and, streamed, the accept) is in: check,

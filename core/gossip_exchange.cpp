@@ -92,8 +92,12 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, leaving_ ? "leaving" : "joining: fetching the model", digest()}));
     return;
   }
-  // Crossing exchanges between the same pair: the smaller id's request wins.
-  if (find_out(from) != npos && view_.self().id < from) {
+  // A pair has one exchange at a time: two, each mixed by the delta rule against the same
+  // snapshots, would swap the models instead of averaging them. Crossing requests (each side
+  // started one before the other's arrived): the smaller id's request wins. A request from a
+  // peer that has already begun to answer ours (its reply is landing) came after it: declined.
+  if (const std::size_t o = find_out(from);
+      o != npos && (view_.self().id < from || !out_[o].reply.chunks.empty())) {
     env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, "crossing exchange: answer mine instead", digest()}));
     return;
   }

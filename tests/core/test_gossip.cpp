@@ -321,6 +321,59 @@ TEST_CASE("gossip: a streamed exchange mixes on both sides only once the respond
   }
 }
 
+TEST_CASE("gossip: a pair has one exchange at a time: no request to a peer we are answering, none answered once ours is") {
+  // Seen on loopback: b started a streamed exchange with a; a replied and, before b's x_s had
+  // landed, started one with b, which b (the larger id) answered. Both exchanges mixed against
+  // the same snapshots, so the two swapped models and settling never brought them together.
+  CaptureEnv ea, eb, et;
+  GossipConfig cfg;
+  cfg.fetch_state = false;
+  std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8}, pt{1, 2, 3, 4};
+  Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+  Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+  Gossip twin(et, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pt);  // a, had it started anyway
+  for (Gossip* g : {&a, &b, &twin}) g->start({});
+  a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+  b.on_message("a", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"a", 0, MemberState::Alive, 0}}, {}}));
+  twin.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+  ea.sent.clear();
+  eb.sent.clear();
+  et.sent.clear();
+  b.on_step_done(1, 10);  // b starts: header, then x_s
+  REQUIRE(eb.sent.size() == 2);
+  a.on_message("b", eb.sent[0].second);  // a replies at once and waits for x_s
+  REQUIRE(ea.sent.size() == 1);
+  CHECK(ea.sent[0].second.type == MsgType::ExchangeReply);
+  // a's step is due, but its only neighbour is b, whose exchange it is still answering.
+  a.on_step_done(1, 10);
+  CHECK(ea.sent.size() == 1);
+  CHECK(a.exchanges_in_flight() == 0);
+  // b has a's reply. A request from a that comes now (here from a's twin: same id, the request
+  // a would have sent) is declined, not answered, although a's id is the smaller.
+  b.on_message("a", ea.sent[0].second);
+  twin.on_step_done(1, 10);
+  REQUIRE(et.sent.size() == 2);
+  const std::size_t before = eb.sent.size();
+  b.on_message("a", et.sent[0].second);
+  REQUIRE(eb.sent.size() == before + 1);
+  CHECK(eb.sent.back().second.type == MsgType::ExchangeBusy);
+  CHECK(decode_busy(eb.sent.back().second).reason.rfind("crossing exchange", 0) == 0);
+  b.on_message("a", et.sent[1].second);  // its x_s: nothing to mix
+  CHECK(pb == std::vector<float>{5, 6, 7, 8});
+  // b's own exchange completes: x_s to a, a mixes and accepts, b mixes. Both at the mean.
+  a.on_message("b", eb.sent[1].second);
+  REQUIRE(ea.sent.size() == 2);
+  CHECK(ea.sent[1].second.type == MsgType::ExchangeAccept);
+  b.on_message("a", ea.sent[1].second);
+  CHECK(pa == std::vector<float>{3, 4, 5, 6});
+  CHECK(pb == std::vector<float>{3, 4, 5, 6});
+  CHECK(b.stats().exchanges == 1);
+  // Answered: a may start with b again.
+  a.on_step_done(2, 20);
+  REQUIRE(ea.sent.size() == 4);
+  CHECK(ea.sent[2].second.type == MsgType::ExchangeRequest);
+}
+
 TEST_CASE("gossip: a streamed payload with NaN is rejected after the reply: nobody mixes") {
   CaptureEnv eb;
   std::vector<float> pb{5, 6, 7};
