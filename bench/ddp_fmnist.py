@@ -133,6 +133,8 @@ def worker(rank, args, port, results):
                                  rank=rank, shuffle=True, seed=args.seed)
     steps_per_epoch = math.ceil(len(sampler) / args.batch)
     total_steps = int(math.ceil(args.epochs * steps_per_epoch))
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps) if args.lr_schedule == "cosine"
+             else None)
     nparams = sum(p.numel() for p in model.parameters())
 
     evals = []  # (step, wall_s, train_s, acc)
@@ -162,6 +164,8 @@ def worker(rank, args, port, results):
             loss = loss_fn(model(xb), yb)
             loss.backward()  # the all-reduce of the gradient happens here
             opt.step()
+            if sched:
+                sched.step()
             step += 1
             last = step == total_steps
             if rank == 0 and (step % args.eval_every == 0 or last):
@@ -215,6 +219,8 @@ def main():
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                    help="cosine: from --lr down to 0 over the run's steps (CosineAnnealingLR)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--threads", type=int, default=1)

@@ -19,6 +19,8 @@
              peers before the first step, as DDP's ranks wait for rank 0).
 
 --staleness TAU goes to every swarm run (the quickstart's --staleness; default inf).
+--lr-schedule (default cosine: Adam's 1e-3 decayed to 0 over each run's steps) goes to every run,
+the swarm's peers, the single-process reference and DDP alike.
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py [--out DIR] [--repeats R]
        [--only accuracy,overhead,ddp]
@@ -78,7 +80,8 @@ def first_at_target(path, target):
 def reference(a):
     """Single process, whole training set: the quickstart's worker with one shard of one."""
     out, wall = run([sys.executable, QUICKSTART, "--worker", "--plain", "--peers", "1", "--shard", "1",
-                     "--epochs", str(a.epochs), "--eval-every", "-1", "--seed", str(a.seed)], a.timeout)
+                     "--epochs", str(a.epochs), "--eval-every", "-1", "--seed", str(a.seed),
+                     "--lr-schedule", a.lr_schedule], a.timeout)
     f = [l for l in out.splitlines() if l.startswith("final ")][-1].split()
     d = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
     d["wall_s"] = wall
@@ -87,7 +90,7 @@ def reference(a):
 
 def swarm(a, out_dir, extra, timeout):
     run([sys.executable, QUICKSTART, "--out", out_dir, "--peers", str(a.peers), "--epochs", str(a.epochs),
-         "--seed", str(a.seed), "--staleness", a.staleness] + extra, timeout)
+         "--seed", str(a.seed), "--staleness", a.staleness, "--lr-schedule", a.lr_schedule] + extra, timeout)
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
 
@@ -103,6 +106,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--staleness", default="inf", help="the swarm's staleness bound TAU (default inf)")
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine",
+                    help="the learning-rate schedule of every run: swarm, reference and DDP alike")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")
     a = ap.parse_args()
@@ -160,7 +165,7 @@ def main():
             hit = first_at_target(os.path.join(d, "p1.jsonl"), a.target)
             out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
                           str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
-                          str(a.eval_every), "--seed", str(a.seed)], a.timeout)
+                          str(a.eval_every), "--seed", str(a.seed), "--lr-schedule", a.lr_schedule], a.timeout)
             ddp = {l.split()[0]: l.split()[1] for l in out.splitlines() if l.startswith("ddp_") and " " in l}
             race = {"rumor_p1_time_to_target_s": hit["t"] if hit else math.nan,
                     "rumor_p1_step_at_target": hit["step"] if hit else math.nan,

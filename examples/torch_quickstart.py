@@ -112,6 +112,9 @@ def worker(a):
     g = torch.Generator().manual_seed(a.seed * 1000 + a.shard)
     steps_per_epoch = math.ceil(len(xtr) / a.batch)
     total = a.steps or a.epochs * steps_per_epoch
+    # A learning-rate schedule drives the inner optimizer, as in any torch loop: GossipOptimizer
+    # steps it and reads its param_groups (torch's schedulers take only a torch.optim.Optimizer).
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(inner, T_max=total) if a.lr_schedule == "cosine" else None
     every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
     if first is not None:
         report(*first, 0.0)
@@ -128,6 +131,8 @@ def worker(a):
             loss = lossf(model(xtr[idx]), ytr[idx])
             loss.backward()
             opt.step(loss=loss) if peer else opt.step()
+            if sched:
+                sched.step()
             train_s += time.perf_counter() - t0
             step += 1
             if a.eval_every >= 0 and step % every == 0 and step < total:
@@ -159,6 +164,7 @@ def launch(a):
     def py_peer(k, join):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--shard", str(k), "--peers", str(a.peers),
                "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
+               "--lr-schedule", a.lr_schedule,
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
                "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
@@ -176,6 +182,7 @@ def launch(a):
         binary = os.path.join(a.build, "peer", "rumor-peer")
         cmd = [binary, "--listen", "127.0.0.1:0", "--join", join, "--shard", f"{k}/{a.peers}", "--model",
                "mlp:256,128", "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
+               "--lr-schedule", a.lr_schedule,
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
                "--data", a.data]
@@ -239,6 +246,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine",
+                    help="cosine: from --lr down to 0 over each peer's steps (torch's CosineAnnealingLR; "
+                         "rumor-peer's --lr-schedule cosine for --mixed peers)")
     ap.add_argument("--local-steps", type=int, default=1)
     ap.add_argument("--staleness", default="inf")
     ap.add_argument("--codec", default="none")

@@ -227,6 +227,36 @@ def test_gossip_optimizer_two_peers_train_and_agree():
         p.close()
 
 
+def test_a_learning_rate_schedule_on_the_wrapped_optimizer_is_the_rate_used():
+    # torch's schedulers take the wrapped optimizer (docs/python.md); GossipOptimizer.step() must
+    # then train at the scheduled rate: here 0 after 5 steps, so a peer alone stops moving.
+    import warnings
+    torch.manual_seed(5)
+    model = Tiny()
+    with rumor.Peer(seed=3) as peer:
+        inner = torch.optim.Adam(model.parameters(), lr=0.01)
+        opt = rt.GossipOptimizer(inner, peer, model=model, samples_per_step=32)
+        sched = torch.optim.lr_scheduler.LambdaLR(inner, lambda k: 1.0 if k < 5 else 0.0)
+        opt.join(5)
+        x, y = data(21)
+        flat = lambda: torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            before = flat()
+            for _ in range(5):
+                train_steps(opt, model, 1, x, y)
+                sched.step()
+            moved = flat()
+            for _ in range(5):
+                train_steps(opt, model, 1, x, y)
+                sched.step()
+            after = flat()
+        assert not [w for w in caught if "lr_scheduler" in str(w.message)], [str(w.message) for w in caught]
+        assert float((moved - before).abs().max()) > 1e-3
+        assert torch.equal(after, moved)
+        assert inner.param_groups[0]["lr"] == 0.0 and opt.param_groups[0]["lr"] == 0.0
+
+
 def test_a_joiner_gets_the_members_optimizer_state_with_its_model():
     """join() brings the optimizer state (Adam's moments and step) of the member that sent the
     model, from the same moment; an optimizer of another kind starts fresh, with a warning, and
