@@ -19,7 +19,7 @@
              peers before the first step, as DDP's ranks wait for rank 0).
 
 --staleness TAU goes to every swarm run (the quickstart's --staleness; default inf).
---lr-schedule (default cosine: Adam's 1e-3 decayed to 0 over each run's steps) goes to every run,
+--lr-schedule (constant by default; cosine: Adam's rate decayed to 0 over each run's steps) goes to every run,
 the swarm's peers, the single-process reference and DDP alike.
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py [--out DIR] [--repeats R]
@@ -106,7 +106,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--staleness", default="inf", help="the swarm's staleness bound TAU (default inf)")
-    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine",
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
                     help="the learning-rate schedule of every run: swarm, reference and DDP alike")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")

@@ -246,7 +246,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine",
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
                     help="cosine: from --lr down to 0 over each peer's steps (torch's CosineAnnealingLR; "
                          "rumor-peer's --lr-schedule cosine for --mixed peers)")
     ap.add_argument("--local-steps", type=int, default=1)
