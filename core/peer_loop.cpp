@@ -245,6 +245,8 @@ LoopAction PeerLoop::after_training() {
     settle_before_ = settle_seen_ = exchanges();
     settle_initiated_ = gossip_.stats().exchanges;
     settle_close_ = 0;
+    settle_from_ = env_.now();
+    settle_waited_ = false;
     // At the pace training had: one exchange per H steps' worth of step time, so settling costs
     // no more bytes per second than training did.
     settle_tick_ = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
@@ -261,9 +263,10 @@ LoopAction PeerLoop::begin_leave() {
 }
 
 // One pass of settling: on_idle once a tick has passed, then the end tests: time up (settle_s,
-// or settle_max_s while a live peer is behind our clock), nobody left, or settled (no live peer
-// behind our clock, and kSettledClose exchanges in a row with (numerically) the same model, or
-// kSettledInitiated started since settling began).
+// or settle_max_s while a live peer is behind our clock; settle_s again once the last one
+// caught up), nobody left, or settled (no live peer behind our clock, and kSettledClose
+// exchanges in a row with (numerically) the same model, or kSettledInitiated started, since
+// settling began or the last peer behind caught up).
 bool PeerLoop::others_behind() const { return gossip_.slowest_clock() < model_.steps(); }
 
 LoopAction PeerLoop::settle_next() {
@@ -274,18 +277,26 @@ LoopAction PeerLoop::settle_next() {
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
   }
   const bool others_training = others_behind();
+  if (settle_waited_ && !others_training) {
+    // The last member behind our clock has caught up, and its last steps are not in our model
+    // yet: settling starts afresh from here (settle_s at most, the same tests), instead of
+    // ending at once for having lasted settle_s already.
+    settle_from_ = now;
+    settle_initiated_ = gossip_.stats().exchanges;
+    settle_close_ = 0;
+  }
+  settle_waited_ = others_training;
   const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
                                             gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
-  const double elapsed = now - phase_start_;
-  const double cap = others_training ? std::max(s_.settle_s, s_.settle_max_s) : s_.settle_s;
-  if (elapsed >= cap - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
+  const double end = others_training ? phase_start_ + std::max(s_.settle_s, s_.settle_max_s) : settle_from_ + s_.settle_s;
+  if (now >= end - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, "");
     if (stop_requested_) return begin_leave();
     enter(LoopPhase::Final);
     return next();
   }
-  return wait_until(std::min(last_idle_ + settle_tick_, phase_start_ + cap));
+  return wait_until(std::min(last_idle_ + settle_tick_, end));
 }
 
 }  // namespace rumor

@@ -181,6 +181,10 @@ class PeerLoop {
   double settle_tick_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;
   int settle_close_ = 0;
+  // Settling's own clock: from the end of training, and again from the moment the last live
+  // member that was behind our clock caught up (its last steps are not in our model yet).
+  double settle_from_ = 0;
+  bool settle_waited_ = false;  // at the last pass a live member was behind our clock
   bool final_eval_done_ = false;
   int exit_code_ = 0;
 };

@@ -260,11 +260,19 @@ bool Node::serve(double seconds, double max_seconds) {
   // (and evaluating) needs.
   const double slow = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
   const double fast = std::min(slow, LoopSettings::kSettleTickUntrained);
+  // Up to max_seconds while a live member is behind our clock (still training); `seconds` from
+  // the start, and again from the moment the last one caught up: its last steps still have to
+  // reach us (as a settling rumor-peer, core/peer_loop.cpp).
+  double from = 0;
+  bool waited = false;
   for (;;) {
     const double tick = rt_->gossip().stats().last_distance < LoopSettings::kSettledDistance ? slow : fast;
     drain();
     const LoopAction a = rt_->loop().next();
-    const double left = (rt_->loop().others_behind() ? std::max(seconds, max_seconds) : seconds) - since(t0);
+    const bool behind = rt_->loop().others_behind();
+    if (waited && !behind) from = since(t0);
+    waited = behind;
+    const double left = behind ? std::max(seconds, max_seconds) - since(t0) : from + seconds - since(t0);
     if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
     if (a.kind == LoopAction::Kind::Evaluate) continue;
     const double now = rt_->now();

@@ -227,9 +227,9 @@ class Peer:
         training did). Between steps a peer answers the swarm in
         the background anyway (docs/python.md); call this after training so that the peers end
         close to the swarm's average. With max_seconds: keeps serving past `seconds`, up to
-        max_seconds, while a live peer is still behind this one's clock (still training), as
-        rumor-peer's --settle / --settle-max do, so that the first to finish still averages in
-        the others' last steps.
+        max_seconds, while a live peer is still behind this one's clock (still training), then
+        `seconds` more from the moment the last one caught up, as rumor-peer's --settle /
+        --settle-max do, so that the first to finish still averages in the others' last steps.
         Returns the change mixed into the buffer meanwhile (as begin_step()), or None."""
         return self._bound().serve(float(seconds), float(max_seconds))
 

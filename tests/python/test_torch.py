@@ -257,6 +257,39 @@ def test_a_learning_rate_schedule_on_the_wrapped_optimizer_is_the_rate_used():
         assert inner.param_groups[0]["lr"] == 0.0 and opt.param_groups[0]["lr"] == 0.0
 
 
+def test_the_peer_that_finished_first_takes_in_the_stragglers_last_steps():
+    # Both train 40 steps; the second is slow. The first serves (up to max_seconds) while the
+    # other is behind its clock, and `seconds` more once it caught up: both end on one model.
+    torch.manual_seed(6)
+    models = [Tiny(), Tiny()]
+    peers, opts = [], []
+    for i, m in enumerate(models):
+        # min_peers=2: both start at step 0, so "behind" means still training
+        peers.append(rumor.Peer(join=[peers[0].address] if peers else [], seed=i + 1, min_peers=2))
+        opts.append(rt.GossipOptimizer(torch.optim.Adam(m.parameters(), lr=0.01), peers[-1], model=m,
+                                       samples_per_step=32))
+    x, y = data(22)
+    t_trained, t_end = [0.0, 0.0], [0.0, 0.0]
+
+    def run(i):
+        opts[i].join(10)
+        train_steps(opts[i], models[i], 40, x, y, 0.0 if i == 0 else 0.03)
+        t_trained[i] = time.monotonic()
+        opts[i].serve(0.5, max_seconds=30)
+        t_end[i] = time.monotonic()
+
+    run_threads([lambda i=i: run(i) for i in range(2)], 60)
+    flat = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy() for m in models]
+    assert t_trained[1] > t_trained[0] + 0.5  # the second was the straggler
+    # The first served while the straggler trained, and 0.5 s more after its last step (it
+    # learns of that step only after it was taken), not only until it caught up.
+    assert t_end[0] >= t_trained[1] + 0.4  # (its last step came 0.03 s before t_trained)
+    assert t_end[0] < t_trained[1] + 5
+    assert rel_distance(flat[0], flat[1]) < 1e-6
+    for p in peers:
+        p.close()
+
+
 def test_a_joiner_gets_the_members_optimizer_state_with_its_model():
     """join() brings the optimizer state (Adam's moments and step) of the member that sent the
     model, from the same moment; an optimizer of another kind starts fresh, with a warning, and
