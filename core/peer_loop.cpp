@@ -245,8 +245,7 @@ LoopAction PeerLoop::after_training() {
     settle_before_ = settle_seen_ = exchanges();
     settle_initiated_ = gossip_.stats().exchanges;
     settle_close_ = 0;
-    settle_from_ = env_.now();
-    settle_waited_ = false;
+    settle_deadline_.begin(env_.now());
     // At the pace training had: one exchange per H steps' worth of step time, so settling costs
     // no more bytes per second than training did.
     settle_tick_ = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
@@ -277,18 +276,16 @@ LoopAction PeerLoop::settle_next() {
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
   }
   const bool others_training = others_behind();
-  if (settle_waited_ && !others_training) {
+  if (settle_deadline_.update(now, others_training)) {
     // The last member behind our clock has caught up, and its last steps are not in our model
     // yet: settling starts afresh from here (settle_s at most, the same tests), instead of
     // ending at once for having lasted settle_s already.
-    settle_from_ = now;
     settle_initiated_ = gossip_.stats().exchanges;
     settle_close_ = 0;
   }
-  settle_waited_ = others_training;
   const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
                                             gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
-  const double end = others_training ? phase_start_ + std::max(s_.settle_s, s_.settle_max_s) : settle_from_ + s_.settle_s;
+  const double end = settle_deadline_.end(s_.settle_s, s_.settle_max_s);
   if (now >= end - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, "");

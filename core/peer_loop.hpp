@@ -28,6 +28,7 @@
 // while a member is still training) -> Leaving
 // (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> final evaluation -> Exit.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -79,6 +80,32 @@ struct LoopSettings {
   static constexpr double kSettledDistance = 1e-6; // an exchange with a model this close: "close"
   static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
   static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
+};
+
+// When settling ends (rumor-peer's settling, the Python module's serve()): up to
+// max(settle, settle_max) from its start while a live member is behind our clock (still
+// training), and `settle` from its start or, once the last member behind has caught up, from
+// that moment: its last steps are not in our model yet.
+class SettleDeadline {
+ public:
+  void begin(double now) {
+    start_ = from_ = now;
+    waited_ = false;
+  }
+  // One pass: true if the last member behind caught up since the previous one.
+  bool update(double now, bool behind) {
+    const bool caught_up = waited_ && !behind;
+    if (caught_up) from_ = now;
+    waited_ = behind;
+    return caught_up;
+  }
+  double end(double settle, double settle_max) const {
+    return waited_ ? start_ + std::max(settle, settle_max) : from_ + settle;
+  }
+
+ private:
+  double start_ = 0, from_ = 0;
+  bool waited_ = false;  // at the last pass a live member was behind our clock
 };
 
 // What the driver does next.
@@ -181,10 +208,7 @@ class PeerLoop {
   double settle_tick_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;
   int settle_close_ = 0;
-  // Settling's own clock: from the end of training, and again from the moment the last live
-  // member that was behind our clock caught up (its last steps are not in our model yet).
-  double settle_from_ = 0;
-  bool settle_waited_ = false;  // at the last pass a live member was behind our clock
+  SettleDeadline settle_deadline_;
   bool final_eval_done_ = false;
   int exit_code_ = 0;
 };

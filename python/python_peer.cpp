@@ -251,7 +251,6 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
 bool Node::serve(double seconds, double max_seconds) {
   check_process();
   Entry entry(*this, false);
-  const auto t0 = Clock::now();
   double last_idle = -1;
   // Exchanges every kSettleTickUntrained while the models still differ, so that the peers end
   // together; once the last exchange found the two models equal (kSettledDistance), no faster
@@ -260,23 +259,20 @@ bool Node::serve(double seconds, double max_seconds) {
   // (and evaluating) needs.
   const double slow = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
   const double fast = std::min(slow, LoopSettings::kSettleTickUntrained);
-  // Up to max_seconds while a live member is behind our clock (still training); `seconds` from
-  // the start, and again from the moment the last one caught up: its last steps still have to
-  // reach us (as a settling rumor-peer, core/peer_loop.cpp).
-  double from = 0;
-  bool waited = false;
+  // Up to max_seconds while a live member is behind our clock (still training), `seconds`
+  // after the last one caught up, as a settling rumor-peer.
+  SettleDeadline deadline;
+  deadline.begin(rt_->now());
   for (;;) {
     const double tick = rt_->gossip().stats().last_distance < LoopSettings::kSettledDistance ? slow : fast;
     drain();
     const LoopAction a = rt_->loop().next();
-    const bool behind = rt_->loop().others_behind();
-    if (waited && !behind) from = since(t0);
-    waited = behind;
-    const double left = behind ? std::max(seconds, max_seconds) - since(t0) : from + seconds - since(t0);
-    if (a.kind == LoopAction::Kind::Exit || left <= 0) break;
-    if (a.kind == LoopAction::Kind::Evaluate) continue;
     const double now = rt_->now();
-    double until = now + left;
+    deadline.update(now, rt_->loop().others_behind());
+    const double end = deadline.end(seconds, max_seconds);
+    if (a.kind == LoopAction::Kind::Exit || now >= end) break;
+    if (a.kind == LoopAction::Kind::Evaluate) continue;
+    double until = end;
     if (a.kind == LoopAction::Kind::Step) {
       // Not training: keep averaging as a settling peer does (Gossip::on_idle starts an
       // exchange when a slot is free), at most once per `tick`.
