@@ -49,6 +49,13 @@ void check_gradients(const std::string& spec, std::size_t in, std::size_t out, b
 
 }  // namespace
 
+TEST_CASE("model: the math is single-threaded unless set_math_threads asks for more (seeded runs repeat)") {
+  // Nothing in this binary has called set_math_threads before this test runs in its own
+  // process (ctest runs one test case per process); OpenMP's default here would be one thread
+  // per core.
+  CHECK(math_threads() == 1);
+}
+
 TEST_CASE("model: MLP gradients match finite differences for every layer") {
   check_gradients("mlp:7,5", 6, 4, false);
   check_gradients("mlp:9,6,5", 4, 3, false);
