@@ -113,8 +113,13 @@ class ModelLayout:
         self.size = off
         self._signature = self._sign()
         self.check()
-        self._cuda = any(t.is_cuda for _, t, *_ in self.entries)
-        self._host = None  # pinned staging for CUDA tensors (made on first use)
+        # Tensors off the CPU go through a host staging buffer (pinned where CUDA is): the C++
+        # side never touches device memory. Every device the model uses is synchronized before
+        # the C++ side reads the buffer (torch.cuda.synchronize() alone waits for the current
+        # device only, and a model may live on cuda:1 while cuda:0 is current).
+        self._devices = sorted({t.device for _, t, *_ in self.entries if t.device.type != "cpu"}, key=str)
+        self._staged = bool(self._devices)
+        self._host = None  # the staging buffer (made at bind)
         self._flat = None
 
     def _sign(self):
@@ -151,8 +156,15 @@ class ModelLayout:
         if flat.dtype != np.float32 or flat.size != self.size:
             raise ValueError(f"flat buffer of {flat.size} {flat.dtype} values, expected {self.size} float32")
         self._flat = torch.from_numpy(flat)  # shares the memory: writes land in the peer's buffer
-        if self._cuda and self._host is None:
-            self._host = torch.empty(self.size, dtype=torch.float32, pin_memory=torch.cuda.is_available())
+        if self._staged and self._host is None:
+            pin = any(d.type == "cuda" for d in self._devices) and torch.cuda.is_available()
+            self._host = torch.empty(self.size, dtype=torch.float32, pin_memory=pin)
+
+    def _synchronize(self):
+        """Waits until every queued copy to or from the model's devices has landed."""
+        for d in self._devices:
+            if d.type == "cuda":
+                torch.cuda.synchronize(d)
 
     def _views(self, buf):
         for name, t, off, n, tr in self.entries:
@@ -163,38 +175,36 @@ class ModelLayout:
     @torch.no_grad()
     def copy_in(self):
         """Live parameters -> flat buffer."""
-        if not self._cuda:
+        if not self._staged:
             for t, v in self._views(self._flat):
                 v.copy_(t)
             return
         for t, v in self._views(self._host):
-            v.copy_(t, non_blocking=True)
-        torch.cuda.synchronize()  # every device-to-host copy has landed before C++ reads the buffer
+            v.copy_(t, non_blocking=t.is_cuda)  # device-to-host copies queued into pinned memory
+        self._synchronize()  # every one has landed before the C++ side reads the buffer
         self._flat.copy_(self._host)
 
     @torch.no_grad()
     def copy_out(self):
         """Flat buffer -> live parameters (a state transfer: replace, not add)."""
         src = self._flat
-        if self._cuda:
+        if self._staged:
             self._host.copy_(self._flat)
             src = self._host
         for t, v in self._views(src):
-            t.copy_(v, non_blocking=True)
-        if self._cuda:
-            torch.cuda.synchronize()  # the staging buffer is free again
+            t.copy_(v, non_blocking=t.is_cuda)
+        self._synchronize()  # the staging buffer is free again
 
     @torch.no_grad()
     def add(self, delta):
         """Live parameters += delta (a numpy float32 array in the flat layout)."""
         d = torch.from_numpy(delta)
-        if self._cuda:
+        if self._staged:
             self._host.copy_(d)
             d = self._host
         for t, v in self._views(d):
-            t.add_(v.to(t.device, non_blocking=True) if t.is_cuda else v)
-        if self._cuda:
-            torch.cuda.synchronize()
+            t.add_(v.to(t.device, non_blocking=t.is_cuda) if t.device != v.device else v)
+        self._synchronize()  # the uploads have landed: the staging buffer is free again
 
 
 class OptimizerStateWarning(UserWarning):
@@ -319,7 +329,7 @@ def decode_optimizer_state(blob, optimizer):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"'{key}' of parameter {i} holds non-finite values (NaN or Inf)")
         per_element = shape == tuple(p.shape)  # a moment or buffer; else one element, such as Adam's step
-        st[key] = t.to(p.device) if per_element and p.is_cuda else t
+        st[key] = t.to(p.device) if per_element and p.device.type != "cpu" else t
     for e in numbers:
         try:
             i, key, v = e

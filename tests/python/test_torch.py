@@ -395,3 +395,76 @@ def test_optimizer_state_from_another_member_is_checked_as_untrusted_input():
     nan[head + 4 + hlen + e[4]:head + 4 + hlen + e[4] + 4] = np.float32("nan").tobytes()
     bad(bytes(nan), "non-finite")
     assert opt.state[next(model.parameters())]["step"] == 3  # nothing was touched
+
+
+def _staged_and_direct(make):
+    """Two copies of one model, one through the staging buffer that GPU tensors use (forced here
+    on CPU tensors: the same views, copies and adds, with nothing to synchronize), one direct."""
+    torch.manual_seed(11)
+    a = make()
+    b = make()
+    b.load_state_dict(a.state_dict())
+    direct, staged = rt.ModelLayout(a), rt.ModelLayout(b)
+    assert not staged._staged
+    staged._staged = True
+    fa, fb = np.zeros(direct.size, np.float32), np.zeros(staged.size, np.float32)
+    direct.bind(fa)
+    staged.bind(fb)
+    assert staged._host is not None and staged._host.data_ptr() != torch.from_numpy(fb).data_ptr()
+    return (a, direct, fa), (b, staged, fb)
+
+
+@pytest.mark.parametrize("make", [mlp, lambda: nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.Flatten(),
+                                                              nn.Linear(3 * 4 * 4, 2))], ids=["mlp", "cnn_bn"])
+def test_the_staged_copies_gpu_tensors_take_give_the_direct_numbers(make):
+    (a, direct, fa), (b, staged, fb) = _staged_and_direct(make)
+    values = lambda m: torch.cat([t.detach().reshape(-1) for t in list(m.parameters()) + list(m.buffers())
+                                  if t.is_floating_point()])
+    direct.copy_in()
+    staged.copy_in()
+    assert np.array_equal(fa, fb) and np.abs(fa).sum() > 0  # C++ reads the same flat buffer
+    delta = np.random.default_rng(3).standard_normal(direct.size).astype(np.float32)
+    direct.add(delta)
+    staged.add(delta)
+    assert torch.equal(values(a), values(b))  # a mix applied alike (transposed layers included)
+    fa[:] = fb[:] = np.random.default_rng(4).standard_normal(direct.size).astype(np.float32)
+    direct.copy_out()
+    staged.copy_out()
+    assert torch.equal(values(a), values(b))  # a state transfer taken alike
+    staged.copy_in()
+    assert np.array_equal(fb, fa)  # and it round-trips
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
+def test_cuda_peers_average_through_pinned_buffers_to_the_cpu_numbers():
+    # Two peers, one model on the last GPU (not the current device: the copies must wait for
+    # that device, not the current one) and one on the CPU: pure averaging (lr 0) gives both
+    # the exact mean, and the GPU model's parameters stay on their device.
+    dev = torch.device(f"cuda:{torch.cuda.device_count() - 1}")
+    torch.manual_seed(12)
+    models = [Tiny().to(dev), Tiny()]
+    start = [torch.cat([p.detach().cpu().reshape(-1) for p in m.parameters()]) for m in models]
+    mean = (start[0] + start[1]) / 2
+    peers = [rumor.Peer(seed=1)]
+    opts = [rt.GossipOptimizer(torch.optim.SGD(models[0].parameters(), lr=0.0), peers[0], model=models[0])]
+    assert opts[0].layout._staged and opts[0].layout._host.is_pinned()
+    peers.append(rumor.Peer(join=[peers[0].address], seed=2))
+    opts.append(rt.GossipOptimizer(torch.optim.SGD(models[1].parameters(), lr=0.0), peers[1], model=models[1]))
+    x, y = data(30)
+    batches = [(x.to(dev), y.to(dev)), (x, y)]
+
+    def run(i):
+        opts[i].join(10)
+        for _ in range(40):
+            train_steps(opts[i], models[i], 1, *batches[i])
+            time.sleep(0.002)
+        opts[i].serve(1.0)
+
+    run_threads([lambda i=i: run(i) for i in range(2)], 60)
+    assert all(p.device == dev for p in models[0].parameters())
+    for m in models:
+        got = torch.cat([p.detach().cpu().reshape(-1) for p in m.parameters()])
+        assert rel_distance(got.numpy(), mean.numpy()) < 1e-5
+    for p in peers:
+        assert p.stats()["exchanges"] > 0
+        p.close()
