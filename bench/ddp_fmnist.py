@@ -78,11 +78,16 @@ def load(directory, test):
     return xtr, ytr, images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte")
 
 
+def quickstart():
+    """examples/torch_quickstart.py as a module: its CNN and its learning-rate schedules."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import torch_quickstart
+    return torch_quickstart
+
+
 def make_model(kind="mlp"):
     if kind == "cnn":  # examples/torch_quickstart.py's CNN (bench/torch_bench.py compares with it)
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-        import torch_quickstart
-        return torch_quickstart.make_model("cnn")
+        return quickstart().make_model("cnn")
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                          nn.Linear(128, 10))
 
@@ -133,8 +138,7 @@ def worker(rank, args, port, results):
                                  rank=rank, shuffle=True, seed=args.seed)
     steps_per_epoch = math.ceil(len(sampler) / args.batch)
     total_steps = int(math.ceil(args.epochs * steps_per_epoch))
-    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps) if args.lr_schedule == "cosine"
-             else None)
+    sched = quickstart().lr_scheduler(opt, args.lr_schedule, total_steps, args.decay_fraction)
     nparams = sum(p.numel() for p in model.parameters())
 
     evals = []  # (step, wall_s, train_s, acc)
@@ -219,8 +223,10 @@ def main():
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
-                    help="cosine: from --lr down to 0 over the run's steps (CosineAnnealingLR)")
+    ap.add_argument("--lr-schedule", choices=("constant", "cosine", "wsd"), default="constant",
+                    help="cosine: from --lr down to 0 over the run's steps; wsd: --lr held, then decayed "
+                         "linearly to 0 over the last --decay-fraction of the steps (examples/torch_quickstart.py's)")
+    ap.add_argument("--decay-fraction", type=float, default=0.3, help="wsd: the part of the steps that decays")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--threads", type=int, default=1)

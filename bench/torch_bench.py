@@ -39,6 +39,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 QUICKSTART = os.path.join(ROOT, "examples", "torch_quickstart.py")
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from torch_quickstart import RECIPE, SCHEDULES  # noqa: E402  (numpy only at import)
+
+
+def recipe(a):
+    """The training recipe's flags, the same for every run (swarm, reference, DDP)."""
+    return ["--lr", str(a.lr), "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction)]
 
 
 def run(cmd, timeout):
@@ -80,8 +87,7 @@ def first_at_target(path, target):
 def reference(a):
     """Single process, whole training set: the quickstart's worker with one shard of one."""
     out, wall = run([sys.executable, QUICKSTART, "--worker", "--plain", "--peers", "1", "--shard", "1",
-                     "--epochs", str(a.epochs), "--eval-every", "-1", "--seed", str(a.seed),
-                     "--lr-schedule", a.lr_schedule], a.timeout)
+                     "--epochs", str(a.epochs), "--eval-every", "-1", "--seed", str(a.seed)] + recipe(a), a.timeout)
     f = [l for l in out.splitlines() if l.startswith("final ")][-1].split()
     d = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
     d["wall_s"] = wall
@@ -90,7 +96,7 @@ def reference(a):
 
 def swarm(a, out_dir, extra, timeout):
     run([sys.executable, QUICKSTART, "--out", out_dir, "--peers", str(a.peers), "--epochs", str(a.epochs),
-         "--seed", str(a.seed), "--staleness", a.staleness, "--lr-schedule", a.lr_schedule] + extra, timeout)
+         "--seed", str(a.seed), "--staleness", a.staleness] + recipe(a) + extra, timeout)
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
 
@@ -106,8 +112,11 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--staleness", default="inf", help="the swarm's staleness bound TAU (default inf)")
-    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+    ap.add_argument("--lr", type=float, default=RECIPE["lr"], help="Adam's learning rate, every run")
+    ap.add_argument("--lr-schedule", choices=SCHEDULES, default=RECIPE["lr_schedule"],
                     help="the learning-rate schedule of every run: swarm, reference and DDP alike")
+    ap.add_argument("--decay-fraction", type=float, default=RECIPE["decay_fraction"],
+                    help="wsd: the part of the steps over which the rate decays to 0")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")
     a = ap.parse_args()
@@ -165,7 +174,7 @@ def main():
             hit = first_at_target(os.path.join(d, "p1.jsonl"), a.target)
             out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
                           str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
-                          str(a.eval_every), "--seed", str(a.seed), "--lr-schedule", a.lr_schedule], a.timeout)
+                          str(a.eval_every), "--seed", str(a.seed)] + recipe(a), a.timeout)
             ddp = {l.split()[0]: l.split()[1] for l in out.splitlines() if l.startswith("ddp_") and " " in l}
             race = {"rumor_p1_time_to_target_s": hit["t"] if hit else math.nan,
                     "rumor_p1_step_at_target": hit["step"] if hit else math.nan,

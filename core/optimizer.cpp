@@ -103,8 +103,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::size_t 
 void validate(const ScheduleConfig& s) {
   require(std::isfinite(s.base_lr) && s.base_lr >= 0, "learning rate must be a finite number >= 0");
   require(s.min_lr >= 0 && s.min_lr <= s.base_lr, "min learning rate must be in [0, lr]");
-  require(s.kind == "constant" || s.kind == "warmup" || s.kind == "cosine",
-          "unknown schedule '" + s.kind + "': expected constant, warmup or cosine");
+  require(s.kind == "constant" || s.kind == "warmup" || s.kind == "cosine" || s.kind == "wsd",
+          "unknown schedule '" + s.kind + "': expected constant, warmup, cosine or wsd");
+  require(s.decay_fraction >= 0 && s.decay_fraction <= 1, "decay fraction must be in [0, 1]");
 }
 
 double learning_rate(const ScheduleConfig& s, std::uint64_t step) {
@@ -116,6 +117,17 @@ double learning_rate(const ScheduleConfig& s, std::uint64_t step) {
     const double progress = static_cast<double>(step - s.warmup_steps) /
                             static_cast<double>(s.total_steps - s.warmup_steps);
     return s.min_lr + 0.5 * (s.base_lr - s.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+  }
+  if (s.kind == "wsd") {
+    if (s.total_steps <= s.warmup_steps) return s.base_lr;
+    if (step >= s.total_steps) return s.min_lr;
+    // The decay starts round(decay_fraction x total) steps before the end (never inside the
+    // warm-up); examples/torch_quickstart.py's torch schedule is the same.
+    const auto decay = static_cast<std::uint64_t>(std::llround(s.decay_fraction * static_cast<double>(s.total_steps)));
+    const std::uint64_t start = std::max(s.warmup_steps, s.total_steps - std::min(decay, s.total_steps));
+    if (step < start) return s.base_lr;
+    return s.min_lr + (s.base_lr - s.min_lr) * static_cast<double>(s.total_steps - step) /
+                          static_cast<double>(s.total_steps - start);
   }
   return s.base_lr;
 }

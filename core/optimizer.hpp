@@ -49,11 +49,14 @@ class Optimizer {
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, std::size_t param_count);
 
 struct ScheduleConfig {
-  std::string kind = "constant";   // "constant", "warmup" (linear warm-up then constant), "cosine"
+  // "constant", "warmup" (linear warm-up then constant), "cosine", "wsd" (warm-up, stable, decay:
+  // held at base_lr, then linear to min_lr over the last decay_fraction of total_steps)
+  std::string kind = "constant";
   double base_lr = 1e-3;
-  std::uint64_t warmup_steps = 0;  // warmup, cosine: linear ramp from base_lr/warmup.. to base_lr
-  std::uint64_t total_steps = 0;   // cosine: decays to min_lr at total_steps (held after)
+  std::uint64_t warmup_steps = 0;  // warmup, cosine, wsd: linear ramp from base_lr/warmup.. to base_lr
+  std::uint64_t total_steps = 0;   // cosine, wsd: at min_lr from total_steps on
   double min_lr = 0.0;
+  double decay_fraction = 0.3;     // wsd: the part of total_steps that decays (in [0, 1])
 };
 
 // The learning rate for the step about to be taken (step counts from 0).

@@ -65,6 +65,31 @@ def make_model(kind):
         nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+SCHEDULES = ("constant", "cosine", "wsd")
+# The training recipe's defaults (bench/torch_bench.py gives the same to the swarm, the
+# single-process reference and DDP).
+RECIPE = {"lr": 2e-3, "lr_schedule": "wsd", "decay_fraction": 0.3}
+
+
+def lr_scheduler(optimizer, kind, total, decay_fraction=0.3):
+    """The learning-rate schedule over `total` steps, as a torch scheduler (None: constant).
+    cosine: from the optimizer's rate down to 0 (CosineAnnealingLR). wsd (warmup-stable-decay,
+    here without warm-up): the rate held, then decayed linearly to 0 over the last
+    `decay_fraction` of the steps; rumor-peer's --lr-schedule wsd --decay-fraction is the same."""
+    import torch
+    if kind == "constant":
+        return None
+    if kind == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+    if kind == "wsd":
+        if not 0.0 <= decay_fraction <= 1.0:
+            raise ValueError(f"decay fraction {decay_fraction}: expected a number in [0, 1]")
+        start = total - min(total, math.floor(decay_fraction * total + 0.5))  # as core's llround
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda k: 1.0 if k < start else max(0.0, (total - k) / max(1, total - start)))
+    raise ValueError(f"unknown learning-rate schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
+
+
 def evaluate(model, x, y):
     import torch
     model.eval()
@@ -114,7 +139,7 @@ def worker(a):
     total = a.steps or a.epochs * steps_per_epoch
     # A learning-rate schedule drives the inner optimizer, as in any torch loop: GossipOptimizer
     # steps it and reads its param_groups (torch's schedulers take only a torch.optim.Optimizer).
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(inner, T_max=total) if a.lr_schedule == "cosine" else None
+    sched = lr_scheduler(inner, a.lr_schedule, total, a.decay_fraction)
     every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
     if first is not None:
         report(*first, 0.0)
@@ -164,7 +189,7 @@ def launch(a):
     def py_peer(k, join):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--shard", str(k), "--peers", str(a.peers),
                "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
-               "--lr-schedule", a.lr_schedule,
+               "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
                "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
@@ -182,7 +207,7 @@ def launch(a):
         binary = os.path.join(a.build, "peer", "rumor-peer")
         cmd = [binary, "--listen", "127.0.0.1:0", "--join", join, "--shard", f"{k}/{a.peers}", "--model",
                "mlp:256,128", "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
-               "--lr-schedule", a.lr_schedule,
+               "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
                "--data", a.data]
@@ -245,10 +270,13 @@ def main():
     ap.add_argument("--mixed", type=int, default=0, help="how many of the peers are C++ rumor-peer processes")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
-                    help="cosine: from --lr down to 0 over each peer's steps (torch's CosineAnnealingLR; "
-                         "rumor-peer's --lr-schedule cosine for --mixed peers)")
+    ap.add_argument("--lr", type=float, default=RECIPE["lr"], help="Adam's learning rate")
+    ap.add_argument("--lr-schedule", choices=SCHEDULES, default=RECIPE["lr_schedule"],
+                    help="constant; cosine: from --lr down to 0 over each peer's steps; wsd: --lr held, then "
+                         "decayed linearly to 0 over the last --decay-fraction of them (the same schedule in "
+                         "rumor-peer for --mixed peers)")
+    ap.add_argument("--decay-fraction", type=float, default=RECIPE["decay_fraction"],
+                    help="wsd: the part of the steps over which the rate decays to 0")
     ap.add_argument("--local-steps", type=int, default=1)
     ap.add_argument("--staleness", default="inf")
     ap.add_argument("--codec", default="none")
@@ -274,6 +302,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.staleness = float(a.staleness)
+    if not 0.0 <= a.decay_fraction <= 1.0:
+        ap.error(f"--decay-fraction {a.decay_fraction}: expected a number in [0, 1]")
     if a.mixed < 0 or a.mixed >= a.peers:
         ap.error("--mixed must leave at least one Python peer")
     return worker(a) if a.worker else launch(a)

@@ -36,12 +36,16 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_model)->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str();
   app.add_option("--lr", c.schedule.base_lr, "Learning rate")
       ->group(g_model)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--lr-schedule", c.schedule.kind, "constant, warmup or cosine")
-      ->group(g_model)->check(CLI::IsMember({"constant", "warmup", "cosine"}))->capture_default_str();
-  app.add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps (warmup, cosine)")
+  app.add_option("--lr-schedule", c.schedule.kind,
+                 "constant, warmup, cosine (down to --min-lr over the run's steps) or wsd (held, then linear down "
+                 "to --min-lr over the last --decay-fraction of the run's steps)")
+      ->group(g_model)->check(CLI::IsMember({"constant", "warmup", "cosine", "wsd"}))->capture_default_str();
+  app.add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps (warmup, cosine, wsd)")
       ->group(g_model)->capture_default_str();
-  app.add_option("--min-lr", c.schedule.min_lr, "Final learning rate of the cosine schedule")
+  app.add_option("--min-lr", c.schedule.min_lr, "Final learning rate of the cosine and wsd schedules")
       ->group(g_model)->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--decay-fraction", c.schedule.decay_fraction, "wsd: the part of the run's steps that decays")
+      ->group(g_model)->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--momentum", c.optimizer.momentum, "SGD momentum")
       ->group(g_model)->check(CLI::Range(0.0, 0.999999))->capture_default_str();
   app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (sgd)")->group(g_model);

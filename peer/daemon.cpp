@@ -96,7 +96,7 @@ int Daemon::run() {
   tc.init_seed = cfg_.init_seed;
   tc.backend = backend;
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
-  if (tc.schedule.kind == "cosine" && tc.schedule.total_steps == 0)
+  if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "wsd") && tc.schedule.total_steps == 0)
     tc.schedule.total_steps =
         cfg_.loop.steps ? cfg_.loop.steps : static_cast<std::uint64_t>(std::ceil(cfg_.loop.epochs * steps_per_epoch));
   Trainer trainer(tc, shard, shard->dim, outputs);

@@ -86,7 +86,7 @@ const std::map<std::string, std::set<std::string>> kKeys = {
     {"algorithm", {"kind", "combine", "weights", "degree", "outer_lr", "outer_momentum", "nesterov", "staleness",
                    "server_bandwidth", "header_bytes"}},
     {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
-                  "schedule", "warmup_steps", "batch", "epochs", "steps", "duration", "peer_seeds", "dim",
+                  "schedule", "warmup_steps", "decay_fraction", "batch", "epochs", "steps", "duration", "peer_seeds", "dim",
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
     {"gossip", {"local_steps", "max_in_flight", "mix_weight", "exchange_timeout", "suspect_timeout", "suspect_after",
                 "failure_backoff", "join_retry", "digest_limit", "topology", "bootstrap", "staleness", "codec",
@@ -537,6 +537,9 @@ class Builder {
     get("workload.weight_decay", s.weight_decay);
     get("workload.schedule", s.schedule);
     get("workload.warmup_steps", s.warmup_steps);
+    get("workload.decay_fraction", s.decay_fraction);
+    if (!(s.decay_fraction >= 0 && s.decay_fraction <= 1))
+      fail(where_of("workload.decay_fraction"), "workload.decay_fraction", "must be in [0, 1]");
     get("workload.batch", s.batch);
     if (s.batch == 0) fail(where_of("workload.batch"), "workload.batch", "must be >= 1");
     get("workload.epochs", s.epochs);
@@ -590,8 +593,8 @@ class Builder {
       if (s.optimizer != "adam" && s.optimizer != "adamw" && s.optimizer != "sgd")
         fail(where_of("workload.optimizer"), "workload.optimizer", "expected adam, adamw or sgd, got '" + s.optimizer + "'");
     }
-    if (s.schedule != "constant" && s.schedule != "warmup" && s.schedule != "cosine")
-      fail(where_of("workload.schedule"), "workload.schedule", "expected constant, warmup or cosine");
+    if (s.schedule != "constant" && s.schedule != "warmup" && s.schedule != "cosine" && s.schedule != "wsd")
+      fail(where_of("workload.schedule"), "workload.schedule", "expected constant, warmup, cosine or wsd");
   }
 
   void gossip(Scenario& s) {

@@ -137,6 +137,7 @@ struct Scenario {
   double lr = 1e-3, momentum = 0.9, weight_decay = 0;
   std::string schedule = "constant";
   std::uint64_t warmup_steps = 0;
+  double decay_fraction = 0.3;  // schedule wsd: the part of the steps that decays
   std::size_t batch = 64;
   double epochs = 0;           // per-peer stopping rules (the first one reached, like rumor-peer);
   std::uint64_t steps = 0;     // all 0 = 5 epochs (model) / until `duration`

@@ -210,7 +210,8 @@ ScheduleConfig Workload::schedule_config(std::uint32_t index) const {
   if (s_.workload == WorkloadKind::Quadratic) return sc;
   sc.kind = s_.schedule;
   sc.warmup_steps = s_.warmup_steps;
-  if (s_.schedule == "cosine") {
+  sc.decay_fraction = s_.decay_fraction;
+  if (s_.schedule == "cosine" || s_.schedule == "wsd") {
     // rumor-peer's rule: decay over the run's steps (or epochs) unless told otherwise.
     const std::uint64_t per_epoch = (shard_rows(index) + s_.batch - 1) / s_.batch;
     sc.total_steps = s_.steps ? s_.steps : static_cast<std::uint64_t>(std::ceil(s_.epochs * static_cast<double>(per_epoch)));

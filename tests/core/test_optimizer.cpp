@@ -126,3 +126,44 @@ TEST_CASE("schedule: constant, warm-up and cosine at their edges") {
   bad.base_lr = -1;
   CHECK_THROWS_AS(validate(bad), std::invalid_argument);
 }
+
+TEST_CASE("schedule: wsd holds the rate, then decays linearly to min_lr over the last decay_fraction") {
+  // The same numbers as examples/torch_quickstart.py's torch schedule (LambdaLR): held until
+  // round(0.3 x 100) = 30 steps before the end, then (100 - step) / 30 of the rate.
+  ScheduleConfig s;
+  s.kind = "wsd";
+  s.base_lr = 0.1;
+  s.total_steps = 100;
+  validate(s);
+  CHECK(learning_rate(s, 0) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 69) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 70) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 85) == doctest::Approx(0.05));
+  CHECK(learning_rate(s, 99) == doctest::Approx(0.1 / 30));
+  CHECK(learning_rate(s, 100) == doctest::Approx(0.0));
+  CHECK(learning_rate(s, 5000) == doctest::Approx(0.0));
+  s.min_lr = 0.01;  // decays to min_lr, not 0
+  CHECK(learning_rate(s, 85) == doctest::Approx(0.01 + 0.09 * 0.5));
+  CHECK(learning_rate(s, 100) == doctest::Approx(0.01));
+  s.min_lr = 0;
+  s.warmup_steps = 80;  // a decay that would start inside the warm-up starts after it
+  CHECK(learning_rate(s, 0) == doctest::Approx(0.1 / 80));
+  CHECK(learning_rate(s, 79) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 90) == doctest::Approx(0.05));
+  s.warmup_steps = 0;
+  s.decay_fraction = 0;  // no decay: constant until the end
+  CHECK(learning_rate(s, 99) == doctest::Approx(0.1));
+  s.decay_fraction = 1;  // decay from the first step
+  CHECK(learning_rate(s, 0) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 50) == doctest::Approx(0.05));
+  s.decay_fraction = 0.3;  // a half-way decay length rounds up: 211.5 -> 212 steps (tests/python: the same)
+  s.total_steps = 705;
+  CHECK(learning_rate(s, 492) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 493) == doctest::Approx(0.1));
+  CHECK(learning_rate(s, 494) == doctest::Approx(0.1 * 211 / 212));
+  CHECK(learning_rate(s, 704) == doctest::Approx(0.1 / 212));
+  s.decay_fraction = 1.5;
+  CHECK_THROWS_AS(validate(s), std::invalid_argument);
+  s.decay_fraction = -0.1;
+  CHECK_THROWS_AS(validate(s), std::invalid_argument);
+}

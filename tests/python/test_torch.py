@@ -468,3 +468,28 @@ def test_cuda_peers_average_through_pinned_buffers_to_the_cpu_numbers():
     for p in peers:
         assert p.stats()["exchanges"] > 0
         p.close()
+
+
+def test_the_quickstarts_wsd_schedule_is_rumor_peers():
+    # examples/torch_quickstart.py's --lr-schedule wsd (torch) and rumor-peer's (core's
+    # learning_rate; tests/core/test_optimizer.cpp checks the same numbers), so that a --mixed
+    # swarm's Python and C++ peers train on one schedule.
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+    import torch_quickstart as qs
+    model = nn.Linear(2, 2)
+    inner = torch.optim.Adam(model.parameters(), lr=0.1)
+    sched = qs.lr_scheduler(inner, "wsd", 705, 0.3)
+    rates = []
+    for _ in range(706):
+        rates.append(inner.param_groups[0]["lr"])
+        inner.step()
+        sched.step()
+    assert rates[0] == rates[492] == rates[493] == pytest.approx(0.1)
+    assert rates[494] == pytest.approx(0.1 * 211 / 212)
+    assert rates[704] == pytest.approx(0.1 / 212)
+    assert rates[705] == 0.0
+    assert qs.lr_scheduler(inner, "constant", 705) is None
+    with pytest.raises(ValueError, match="decay fraction"):
+        qs.lr_scheduler(inner, "wsd", 705, 1.5)
