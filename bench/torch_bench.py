@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The Python module's targets (issue 14), measured on this machine in one run:
 
-  accuracy   4 Python peers (examples/torch_quickstart.py: the 2-conv CNN, Adam 1e-3, batch 64,
+  accuracy   4 Python peers (examples/torch_quickstart.py: the 2-conv CNN, its recipe, batch 64,
              Fashion-MNIST shards, --epochs) reach >= 0.90 test accuracy each; beside it the
              single-process PyTorch reference (same CNN, optimizer, batch and epochs, the whole
              training set, one process).
@@ -19,8 +19,9 @@
              peers before the first step, as DDP's ranks wait for rank 0).
 
 --staleness TAU goes to every swarm run (the quickstart's --staleness; default inf).
---lr-schedule (constant by default; cosine: Adam's rate decayed to 0 over each run's steps) goes to every run,
-the swarm's peers, the single-process reference and DDP alike.
+The recipe (--lr, --lr-schedule, --decay-fraction; by default the quickstart's: Adam 2e-3, held for 70%
+of each run's steps, then decayed linearly to 0) goes to every run: the swarm's peers, the
+single-process reference and DDP alike.
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py [--out DIR] [--repeats R]
        [--only accuracy,overhead,ddp]
