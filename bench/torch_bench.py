@@ -97,7 +97,8 @@ def reference(a):
 
 def swarm(a, out_dir, extra, timeout):
     run([sys.executable, QUICKSTART, "--out", out_dir, "--peers", str(a.peers), "--epochs", str(a.epochs),
-         "--seed", str(a.seed), "--staleness", a.staleness] + recipe(a) + extra, timeout)
+         "--seed", str(a.seed), "--staleness", a.staleness] + recipe(a) + extra +
+        (["--mix-weight", a.mix_weight] if a.mix_weight else []), timeout)
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
 
@@ -118,6 +119,8 @@ def main():
                     help="the learning-rate schedule of every run: swarm, reference and DDP alike")
     ap.add_argument("--decay-fraction", type=float, default=RECIPE["decay_fraction"],
                     help="wsd: the part of the steps over which the rate decays to 0")
+    ap.add_argument("--mix-weight", choices=("uniform", "samples"), default=None,
+                    help="the swarm's averaging weights (default: the quickstart's, samples)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")
     a = ap.parse_args()

@@ -128,7 +128,8 @@ def worker(a):
         import rumor
         import rumor.torch
         peer = rumor.Peer(listen="127.0.0.1:0", join=[a.join] if a.join else [], local_steps=a.local_steps,
-                          staleness=a.staleness, codec=a.codec, metrics=a.metrics, min_peers=a.min_peers,
+                          staleness=a.staleness, codec=a.codec, mix_weight=a.mix_weight, metrics=a.metrics,
+                          min_peers=a.min_peers,
                           name=a.name, log_level="info")
         opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch)
         report = opt.report
@@ -191,6 +192,7 @@ def launch(a):
                "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
                "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
+               "--mix-weight", a.mix_weight,
                "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
                "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
                "--eval-every-epochs", str(a.eval_every_epochs),
@@ -209,6 +211,7 @@ def launch(a):
                "mlp:256,128", "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
                "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
+               "--mix-weight", a.mix_weight,
                "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
                "--data", a.data]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
@@ -280,6 +283,10 @@ def main():
     ap.add_argument("--local-steps", type=int, default=1)
     ap.add_argument("--staleness", default="inf")
     ap.add_argument("--codec", default="none")
+    ap.add_argument("--mix-weight", choices=("uniform", "samples"), default="samples",
+                    help="averaging weights: by the samples each peer has trained on (a peer that fell behind, "
+                         "e.g. the one that evaluates, takes more of the others' models than they take of its), "
+                         "or uniform")
     ap.add_argument("--settle", type=float, default=2.0)
     ap.add_argument("--settle-max", type=float, default=60.0)
     ap.add_argument("--eval-every-epochs", type=float, default=0.5)

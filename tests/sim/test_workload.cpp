@@ -39,6 +39,21 @@ TEST_CASE("workload: peer k of N trains exactly like rumor-peer --shard k/N") {
   }
 }
 
+TEST_CASE("workload: the wsd schedule decays over the peer's run, as rumor-peer --lr-schedule wsd") {
+  const Scenario s = parse_scenario(
+      "[run]\npeers = 2\n[workload]\ndata = synthetic\nmodel = logreg\nlr = 0.01\nschedule = wsd\n"
+      "decay_fraction = 0.5\nsteps = 40\n",
+      "t.ini", {});
+  Workload w(s, 2);
+  const ScheduleConfig sc = w.schedule_config(1);
+  CHECK(sc.kind == "wsd");
+  CHECK(sc.total_steps == 40);
+  CHECK(learning_rate(sc, 19) == doctest::Approx(0.01));
+  CHECK(learning_rate(sc, 30) == doctest::Approx(0.005));
+  CHECK_THROWS_WITH_AS(parse_scenario("[run]\npeers = 2\n[workload]\nschedule = wsd\ndecay_fraction = 2\n", "t.ini", {}),
+                       doctest::Contains("workload.decay_fraction"), std::exception);
+}
+
 TEST_CASE("workload: adopting a step (state transfer) moves the step count, as Trainer::adopt_step does") {
   const Scenario s = parse_scenario("[run]\npeers = 2\n[workload]\ndata = synthetic\nmodel = logreg\nbatch = 100\n", "t.ini", {});
   Workload w(s, 2);
