@@ -213,7 +213,7 @@ def launch(a):
                "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
                "--mix-weight", a.mix_weight,
                "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
-               "--data", a.data]
+               "--data", a.data] + (["--steps", str(a.steps)] if a.steps else [])
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                       stderr=open(os.path.join(a.out, f"c{k}.log"), "w")))
 
