@@ -285,7 +285,7 @@ def main():
     ap.add_argument("--codec", default="none")
     ap.add_argument("--mix-weight", choices=("uniform", "samples"), default="samples",
                     help="averaging weights: by the samples each peer has trained on (a peer that fell behind, "
-                         "e.g. the one that evaluates, takes more of the others' models than they take of its), "
+                         "e.g. the one that evaluates, takes more of the others' models than they take of its own), "
                          "or uniform")
     ap.add_argument("--settle", type=float, default=2.0)
     ap.add_argument("--settle-max", type=float, default=60.0)
