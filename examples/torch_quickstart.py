@@ -266,7 +266,7 @@ def launch(a):
                     "--title", "Rumor + PyTorch: test accuracy of every peer"] + files, check=True)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "torch_quickstart"))
     ap.add_argument("--peers", type=int, default=4)
@@ -307,7 +307,7 @@ def main():
     ap.add_argument("--plain", action="store_true", help="the same loops without Rumor (overhead baseline)")
     ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     a.staleness = float(a.staleness)
     if not 0.0 <= a.decay_fraction <= 1.0:
         ap.error(f"--decay-fraction {a.decay_fraction}: expected a number in [0, 1]")
