@@ -64,6 +64,23 @@ void PeerLoop::start(const std::vector<PeerId>& seeds) {
 
 void PeerLoop::request_stop() { stop_requested_ = true; }
 
+void PeerLoop::pause(double seconds, double max_seconds) {
+  RUMOR_CHECK(seconds >= 0 && max_seconds >= 0);
+  pause_pending_ = true;
+  pause_s_ = seconds;
+  pause_max_s_ = max_seconds;
+}
+
+void PeerLoop::end_pause() {
+  pause_pending_ = false;
+  if (pausing_) {  // the driver stopped waiting first: back to training at the next next()
+    pausing_ = false;
+    emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, env_.now() - phase_start_,
+         gossip_.stats().last_distance, "pause");
+    enter(LoopPhase::Training);
+  }
+}
+
 void PeerLoop::reset_interval() {
   stats_.interval_seconds = 0;
   stats_.interval_samples = 0;
@@ -189,6 +206,12 @@ LoopAction PeerLoop::training_top() {
     return LoopAction{LoopAction::Kind::Evaluate};
   }
   if (stop_requested_ || stop_rule()) return after_training();
+  if (pause_pending_) {
+    pause_pending_ = false;
+    pausing_ = true;
+    begin_settling(pause_s_, pause_max_s_);
+    return settle_next();
+  }
   if (std::isfinite(s_.gossip.staleness) && !gossip_.may_step()) {
     // The staleness bound holds: wait, handling inputs and probing the slowest members
     // (on_idle) so that their clocks reach us, until it catches up or leaves the view.
@@ -241,18 +264,31 @@ LoopAction PeerLoop::after_training() {
   stats_.training_ended = env_.now();
   if (stop_requested_) return begin_leave();
   if (s_.settle_s > 0 && gossip_.view().live_count() > 0) {
-    enter(LoopPhase::Settling);
-    settle_before_ = settle_seen_ = exchanges();
-    settle_initiated_ = gossip_.stats().exchanges;
-    settle_close_ = 0;
-    settle_deadline_.begin(env_.now());
-    // At the pace training had: one exchange per H steps' worth of step time, so settling costs
-    // no more bytes per second than training did.
-    settle_tick_ = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+    begin_settling(s_.settle_s, s_.settle_max_s);
     return settle_next();
   }
   enter(LoopPhase::Final);
   return next();
+}
+
+void PeerLoop::begin_settling(double settle_s, double settle_max_s) {
+  enter(LoopPhase::Settling);
+  settle_s_ = settle_s;
+  settle_max_s_ = settle_max_s;
+  settle_before_ = settle_seen_ = exchanges();
+  settle_initiated_ = gossip_.stats().exchanges;
+  settle_close_ = 0;
+  settle_deadline_.begin(env_.now());
+}
+
+// Once an exchange found the models equal, at the pace training had (one exchange per H
+// steps' worth of step time), so settling costs no more bytes per second than training did;
+// while they still differ, at least every kSettleTickUntrained, so that the peers end together
+// even where a step is slow (a Python peer's, a CNN's).
+double PeerLoop::settle_tick() const {
+  const double pace = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+  return gossip_.stats().last_distance < LoopSettings::kSettledDistance ? pace
+                                                                         : std::min(pace, LoopSettings::kSettleTickUntrained);
 }
 
 LoopAction PeerLoop::begin_leave() {
@@ -270,7 +306,7 @@ bool PeerLoop::others_behind() const { return gossip_.slowest_clock() < model_.s
 
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
-  idle_if_due(settle_tick_, settle_tick_);
+  const double tick = settle_tick();
   if (exchanges() != settle_seen_) {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
@@ -285,15 +321,25 @@ LoopAction PeerLoop::settle_next() {
   }
   const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
                                             gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
-  const double end = settle_deadline_.end(s_.settle_s, s_.settle_max_s);
-  if (now >= end - 1e-12 || gossip_.view().live_count() == 0 || settled || stop_requested_) {
+  const double end = settle_deadline_.end(settle_s_, settle_max_s_);
+  // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it
+  // only stops starting exchanges. Settling after training ends there.
+  const bool over = pausing_ ? false : gossip_.view().live_count() == 0 || settled;
+  if (now >= end - 1e-12 || over || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
-         gossip_.stats().last_distance, "");
+         gossip_.stats().last_distance, pausing_ ? "pause" : "");
+    if (pausing_) {
+      pausing_ = false;
+      enter(LoopPhase::Training);
+      return next();
+    }
     if (stop_requested_) return begin_leave();
     enter(LoopPhase::Final);
     return next();
   }
-  return wait_until(std::min(last_idle_ + settle_tick_, end));
+  if (pausing_ && (settled || gossip_.view().live_count() == 0)) return wait_until(end);  // answer only
+  idle_if_due(tick, tick);
+  return wait_until(std::min(last_idle_ + tick, end));
 }
 
 }  // namespace rumor

@@ -42,14 +42,26 @@
 
 namespace rumor {
 
-// Every knob of a peer's loop, set by the daemon from its flags, by the simulator from a
-// scenario, by the Python module from its arguments. Documented constants are below.
+// The protocol's knobs as a peer's loop starts them: GossipConfig's own defaults, except that
+// a join is retried for 120 s rather than for ever, and the probe timeout is derived from the
+// probe interval (resolved()).
+inline GossipConfig loop_gossip_defaults() {
+  GossipConfig g;
+  g.join_timeout_s = 120;
+  g.probe_timeout_s = NAN;
+  return g;
+}
+
+// Every knob of a peer's loop, with its default: the daemon's flags, the simulator's scenario
+// keys and the Python module's keyword arguments are all read through the table of
+// core/knobs.hpp, which points at these fields. Documented constants are below.
 struct LoopSettings {
-  GossipConfig gossip;  // the protocol's own knobs (probe_timeout_s: see resolved())
+  GossipConfig gossip = loop_gossip_defaults();  // the protocol's own knobs (probe_timeout_s: see resolved())
   // Stop rules: training ends at the first that holds (0: not used; none set: only a stop
-  // request ends it, as in the Python module where the user's loop decides).
+  // request ends it, as in the Python module where the user's loop decides). An explicit
+  // steps or duration replaces the epoch budget (apply_stop_precedence, core/knobs.hpp).
   std::uint64_t steps = 0;
-  double epochs = 0;
+  double epochs = 5;
   double duration_s = 0;         // seconds since training began
   // Evaluations (off in the Python module and in simulations without peer_evals): when
   // training begins (after any state transfer), every `eval_every` steps (0: at each whole
@@ -76,13 +88,14 @@ struct LoopSettings {
   // slow peer needs.
   static constexpr double kIdleInterval = 0.005;
   static constexpr double kSettleMinTick = 0.002;  // settling exchanges at most every 2 ms
-  static constexpr double kSettleTickUntrained = 0.01;  // ... and every 10 ms if no step was timed
+  // ... at most this long apart while the models differ (or before any step was timed)
+  static constexpr double kSettleTickUntrained = 0.01;
   static constexpr double kSettledDistance = 1e-6; // an exchange with a model this close: "close"
   static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
   static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
 };
 
-// When settling ends (rumor-peer's settling, the Python module's serve()): up to
+// When settling ends (after training, or a pause): up to
 // max(settle, settle_max) from its start while a live member is behind our clock (still
 // training), and `settle` from its start or, once the last member behind has caught up, from
 // that moment: its last steps are not in our model yet.
@@ -152,14 +165,23 @@ class PeerLoop {
   // Graceful leave at the next boundary (announce, hand the model over), then exit 0.
   void request_stop();
   bool stop_requested() const { return stop_requested_; }
+  // A pause in training that the driver asks for (the Python module's serve(): the user's loop
+  // stops stepping for a while): at the next boundary of the Training phase the loop settles
+  // as it does after training (same pace, same deadline rule: `seconds`, up to `max_seconds`
+  // while a member is behind our clock), except that being settled only stops it starting
+  // exchanges (it keeps answering until the deadline) and that it then returns to Training
+  // (next() says Step again). Outside Training it changes nothing: the phase goes on. The
+  // driver calls end_pause() when it stops waiting for that Step (its own deadline).
+  void pause(double seconds, double max_seconds);
+  void end_pause();
 
   Gossip& gossip() { return gossip_; }
   const Gossip& gossip() const { return gossip_; }
   LoopPhase phase() const { return phase_; }
   const LoopStats& stats() const { return stats_; }
+  const LoopModel& model() const { return model_; }
   const LoopSettings& settings() const { return s_; }
-  // A live member is behind our clock (still training): settling may go on up to settle_max_s
-  // (and the Python module's serve() up to its max_seconds).
+  // A live member is behind our clock (still training): settling may go on up to settle_max_s.
   bool others_behind() const;
   // Evaluations report samples/s over the interval since the previous one: the driver calls
   // this after reporting one.
@@ -167,8 +189,8 @@ class PeerLoop {
   // Exchanges completed, as initiator and as responder.
   std::uint64_t exchanges() const { return gossip_.stats().exchanges + gossip_.stats().answered; }
   // The time training took per exchange (H steps' worth of step time), at least `floor`;
-  // `untrained` before any step was timed. Settling, the staleness wait and the Python
-  // module's serve() start exchanges no faster than this.
+  // `untrained` before any step was timed. Settling and the staleness wait start exchanges no
+  // faster than this once the models agree.
   double training_pace(double floor, double untrained) const;
 
  private:
@@ -180,7 +202,11 @@ class PeerLoop {
   LoopAction training_top();
   LoopAction after_training();
   LoopAction begin_leave();
+  void begin_settling(double settle_s, double settle_max_s);
   LoopAction settle_next();
+  // The pace of settling exchanges: every kSettleTickUntrained (or faster, at training's pace)
+  // while the last exchange found the models apart; at training's pace once they are equal.
+  double settle_tick() const;
   // Gossip::on_idle at most once per `interval`, letting it start an exchange at most once
   // per `exchange_every` (a multiple of interval, or equal to it).
   void idle_if_due(double interval, double exchange_every);
@@ -204,8 +230,10 @@ class PeerLoop {
   bool waiting_stale_ = false;
   double stale_since_ = 0;
   std::uint64_t wait_slowest_ = 0;
-  // Settling.
-  double settle_tick_ = 0;
+  // Settling (after training, or a pause).
+  double settle_s_ = 0, settle_max_s_ = 0;  // this settling's deadline rule
+  bool pause_pending_ = false, pausing_ = false;
+  double pause_s_ = 0, pause_max_s_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;
   int settle_close_ = 0;
   SettleDeadline settle_deadline_;

@@ -25,6 +25,8 @@
 // moving a deadline later costs nothing and moving it earlier is one cancel().
 #include "net/transport.hpp"
 
+#include "net/address.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <openssl/ssl.h>
@@ -80,30 +82,6 @@ std::string endpoint_id(const tcp::endpoint& ep) {
   const auto a = ep.address();
   const std::string host = a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
   return host + ":" + std::to_string(ep.port());
-}
-
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-// "host:port", "[v6]:port". Returns false on anything else.
-bool split_host_port(const std::string& id, HostPort& out) {
-  const auto colon = id.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 >= id.size()) return false;
-  std::string host = id.substr(0, colon);
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return false;
-    host = host.substr(1, host.size() - 2);
-  }
-  unsigned port = 0;
-  const char* b = id.data() + colon + 1;
-  const char* e = id.data() + id.size();
-  const auto [ptr, ec] = std::from_chars(b, e, port);
-  if (ec != std::errc() || ptr != e || port == 0 || port > 65535) return false;
-  out.host = std::move(host);
-  out.port = static_cast<std::uint16_t>(port);
-  return true;
 }
 
 // How a session ends decides whom we tell.
@@ -244,8 +222,10 @@ class Session : public std::enable_shared_from_this<Session> {
     write_deadline_ = Clock::now() + seconds(t_.cfg.connect_timeout_s);
     watch_write();
     HostPort hp;
-    if (!split_host_port(dial_, hp)) {
-      close(CloseKind::SendFailed, "bad peer address '" + dial_ + "' (expected host:port)");
+    try {
+      hp = parse_host_port(dial_, "peer address", false);
+    } catch (const std::invalid_argument& e) {
+      close(CloseKind::SendFailed, e.what());
       return;
     }
     asio::error_code ec;

@@ -72,13 +72,7 @@ int Daemon::run() {
   std::shared_ptr<Backend> backend = make_backend(cfg_.device);
   set_math_threads(cfg_.threads);
   // Trust: a bad key file fails here, before anything slow (std::invalid_argument: exit 2).
-  Bytes swarm_key;
-  if (!cfg_.swarm_key_path.empty()) {
-    net::SwarmKey k = net::load_swarm_key(cfg_.swarm_key_path);
-    if (k.readable_by_others)
-      log_->warn("--swarm-key '{}' can be read by other users of this machine (chmod 600 it)", cfg_.swarm_key_path);
-    swarm_key = std::move(k.secret);
-  }
+  const Bytes swarm_key = read_swarm_key(cfg_.swarm_key_path, *log_);
   MetricsWriter metrics(cfg_.metrics_path, cfg_.resume);
 
   const auto t_load = Clock::now();
@@ -145,6 +139,7 @@ int Daemon::run() {
   ro.tls_key = cfg_.tls_key;
   ro.tls_ca = cfg_.tls_ca;
   ro.seed = cfg_.seed;
+  ro.device = trainer.backend().name();
   Runtime rt(ro, ls, trainer, metrics, log_);
   // Whatever Gossip handles may mix into, or replace, trainer.params(); on a device that is a
   // host mirror, so the trainer is told (it uploads before its next use; a no-op on the CPU).
@@ -155,19 +150,15 @@ int Daemon::run() {
   // preempts it promptly. Exchange round trips fall several-fold when peers share cores.
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 5) != 0)
     log_->debug("could not lower the compute thread's priority");
-  log_->info("listening on {}{}", self_id, cfg_.join.empty() ? " (new swarm)" : "");
   if (swarm_key.empty() && cfg_.tls_ca.empty())
     log_->warn("swarm is open: anyone who can reach {} can join (use --swarm-key)", self_id);
   else
     log_->info("trust: {}{}", swarm_key.empty() ? "" : "swarm key required (HMAC-SHA256 challenge-response)",
                cfg_.tls_ca.empty() ? "" : fmt::format("{}TLS 1.3, certificates signed by {}", swarm_key.empty() ? "" : "; ",
                                                       cfg_.tls_ca));
-  metrics.write("start", {{"peer", self_id},
-                          {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-                          {"t_offset", metrics.elapsed()},
-                          {"device", trainer.backend().name()}});
-  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.loop.gossip.local_steps, cfg_.codec,
-             bounded_str(cfg_.loop.gossip.staleness), cfg_.mix_weight,
+  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.loop.gossip.local_steps,
+             codec_name(cfg_.loop.gossip.codec), bounded_str(cfg_.loop.gossip.staleness),
+             cfg_.loop.gossip.mix_weight == MixWeight::Samples ? "samples" : "uniform",
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());
   if (cfg_.loop.gossip.robust.enabled)
     log_->info("robust mixing: models beyond {} typical distances are clipped, beyond {} refused", cfg_.loop.gossip.robust.clip_factor,
@@ -179,10 +170,9 @@ int Daemon::run() {
   PeerLoop& loop = rt.loop();
   Gossip& gossip = rt.gossip();
   const bool bounded = std::isfinite(cfg_.loop.gossip.staleness);
-  EvalResult last;
   auto evaluate = [&](const char* why) {
-    last = trainer.evaluate(task.test);
-    rt.report_eval(trainer.steps(), trainer.epochs_done(), last.loss, last.accuracy, why);
+    const EvalResult r = trainer.evaluate(task.test);
+    rt.report_eval(trainer.steps(), trainer.epochs_done(), r.loss, r.accuracy, why);
   };
 
   auto last_checkpoint = Clock::now();
@@ -204,17 +194,11 @@ int Daemon::run() {
     }
   };
 
-  // The driver of core's PeerLoop with real time (core/peer_loop.hpp has the contract).
+  // The driver of core's PeerLoop with real time (core/peer_loop.hpp has the contract): the
+  // runtime carries out the Waits, this the training steps and the evaluations.
   int rc = 0;
-  bool stop_logged = false;
   for (bool running = true; running;) {
-    if (stop_.load(std::memory_order_relaxed) && !loop.stop_requested()) {
-      loop.request_stop();
-      if (!stop_logged && loop.phase() == LoopPhase::Training) log_->info("stop requested: finishing at step {}", trainer.steps());
-      stop_logged = true;
-    }
-    rt.drain();
-    const LoopAction a = loop.next();
+    const LoopAction a = rt.next_action(INFINITY, &stop_);
     switch (a.kind) {
       case LoopAction::Kind::Step: {
         if (bounded) {
@@ -239,8 +223,7 @@ int Daemon::run() {
         }
         break;
       }
-      case LoopAction::Kind::Wait:
-        rt.wait(a.until, &stop_);
+      case LoopAction::Kind::Wait:  // only at the deadline, which is never
         break;
       case LoopAction::Kind::Evaluate:
         if (a.final && !cfg_.checkpoint_dir.empty()) save_checkpoint();
@@ -252,29 +235,7 @@ int Daemon::run() {
         break;
     }
   }
-  const LoopStats& st = loop.stats();
-  if (st.training_started < 0) {  // never trained: the join failed, or a stop came first
-    rt.close(1.0);
-    return rc;
-  }
-  const double t_start = std::max(st.training_started, 0.0), t_end = st.training_ended >= 0 ? st.training_ended : rt.now();
-  const net::TransportStats ts = rt.transport_stats();
-  const double sps = st.train_seconds > 0 ? static_cast<double>(trainer.samples()) / st.train_seconds : 0.0;
-  metrics.write("done", {{"steps", trainer.steps()},
-                         {"test_acc", last.accuracy},
-                         {"loss", last.loss},
-                         {"samples_per_s", sps},
-                         {"wall_s", rt.now() - t_start},
-                         {"train_wall_s", t_end - t_start},
-                         {"bytes_sent", ts.bytes_sent},
-                         {"bytes_recv", ts.bytes_recv},
-                         {"exchanges", loop.exchanges()},
-                         {"exchanges_failed", gossip.stats().failed},
-                         {"exchanges_declined", gossip.stats().declined}});
-  log_->info("done: {} steps in {:.1f} s, test_acc {:.4f}, {:.0f} samples/s, {} exchanges, {:.1f} MB sent",
-             trainer.steps(), rt.now() - t_start, last.accuracy, sps, loop.exchanges(),
-             static_cast<double>(ts.bytes_sent) / 1e6);
-  rt.close(1.0);
+  rt.finish();
   if (!cfg_.save_params_path.empty()) save_params(cfg_.save_params_path, trainer.params());
   return rc;
 }

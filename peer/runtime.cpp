@@ -13,6 +13,8 @@
 
 #include "core/codec.hpp"
 #include "core/env.hpp"
+#include "net/address.hpp"
+#include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/config.hpp"
 #include "peer/inbox.hpp"
@@ -126,17 +128,31 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
       log_.error("training diverged at step {} (loss {}); lower --lr", e.clock, e.reason);
       metrics_.write("diverged", {{"step", e.clock}});
       break;
-    case K::Settled:
-      log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
-      metrics_.write("settled", {{"exchanges", e.other}, {"seconds", e.seconds}, {"distance", e.distance}});
+    case K::Settled: {
+      const bool pause = e.reason == "pause";  // PeerLoop::pause (the Python module's serve())
+      if (pause)
+        log_.debug("paused training: {} exchanges in {:.2f} s, last distance {:.4g}", e.other, e.seconds, e.distance);
+      else
+        log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
+      metrics_.write("settled", {{"exchanges", e.other}, {"seconds", e.seconds}, {"distance", e.distance}, {"pause", pause}});
       break;
+    }
     case K::Departed:
       log_.info("left the swarm in {:.2f} s{}", e.seconds, e.reason.empty() ? "" : " (" + e.reason + ")");
       break;
   }
 }
 
+Bytes read_swarm_key(const std::string& path, spdlog::logger& log) {
+  if (path.empty()) return {};
+  net::SwarmKey k = net::load_swarm_key(path);  // std::invalid_argument naming the file
+  if (k.readable_by_others) log.warn("swarm key '{}' can be read by other users of this machine (chmod 600 it)", path);
+  return std::move(k.secret);
+}
+
 void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note) {
+  last_acc_ = test_acc;
+  last_loss_ = loss;
   PeerLoop& loop = *loop_;
   const LoopStats& ls = loop.stats();
   const double sps = ls.interval_seconds > 0 ? static_cast<double>(ls.interval_samples) / ls.interval_seconds : 0.0;
@@ -173,8 +189,8 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
 Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopModel& model, MetricsWriter& metrics,
                  std::shared_ptr<spdlog::logger> log)
     : log_(std::move(log)), metrics_(metrics), inbox_(std::make_unique<Inbox>()) {
-  const HostPort listen = parse_host_port(o.listen, "--listen", true);
-  for (const auto& j : o.join) seeds_.push_back(parse_host_port(j, "--join", false).str());
+  const net::HostPort listen = net::parse_host_port(o.listen, "--listen", true);
+  for (const auto& j : o.join) seeds_.push_back(net::parse_host_port(j, "--join", false).str());
   net::TransportConfig ncfg;
   ncfg.listen_host = listen.host;
   ncfg.listen_port = listen.port;
@@ -199,6 +215,7 @@ Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopMode
   transport_ = std::make_unique<net::Transport>(ncfg, nev, log_);
   transport_->start();
   id_ = transport_->local_id();
+  device_ = o.device;
   env_ = std::make_unique<RealEnv>(*transport_, *inbox_, metrics_, *log_, o.seed ^ id_hash(id_), settings.min_peers);
   // Incarnation from the wall clock, so a peer restarted on the same address outranks its
   // earlier life in every view.
@@ -218,10 +235,56 @@ double Runtime::now() const { return env_->now(); }
 net::TransportStats Runtime::transport_stats() const { return transport_->stats(); }
 
 void Runtime::start(const std::vector<PeerId>& more) {
+  metrics_.write("start", {{"peer", id_},
+                           {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+                           {"t_offset", metrics_.elapsed()},
+                           {"device", device_}});
+  log_->info("listening on {}{}", id_, seeds_.empty() && more.empty() ? " (new swarm)" : "");
   std::vector<PeerId> seeds = seeds_;
   for (const auto& v : more)
     if (v != id_ && std::find(seeds.begin(), seeds.end(), v) == seeds.end()) seeds.push_back(v);
   loop_->start(seeds);
+}
+
+LoopAction Runtime::next_action(double deadline, const std::atomic<bool>* stop) {
+  for (;;) {
+    if (stop && stop->load(std::memory_order_relaxed) && !loop_->stop_requested()) {
+      loop_->request_stop();
+      if (!stop_logged_ && loop_->phase() == LoopPhase::Training)
+        log_->info("stop requested: finishing at step {}", loop_->model().steps());
+      stop_logged_ = true;
+    }
+    drain();
+    const LoopAction a = loop_->next();
+    if (a.kind != LoopAction::Kind::Wait || now() >= deadline) return a;
+    wait(std::min(a.until, deadline), stop);
+  }
+}
+
+void Runtime::finish(double flush_s) {
+  if (closed_) return;
+  const LoopStats& st = loop_->stats();
+  if (st.training_started >= 0) {  // it trained (a failed join or an early stop did not)
+    const LoopModel& m = loop_->model();
+    const double t_start = st.training_started, t_end = st.training_ended >= 0 ? st.training_ended : now();
+    const net::TransportStats ts = transport_stats();
+    const GossipStats& gs = loop_->gossip().stats();
+    const double sps = st.train_seconds > 0 ? static_cast<double>(m.samples()) / st.train_seconds : 0.0;
+    metrics_.write("done", {{"steps", m.steps()},
+                            {"test_acc", last_acc_},
+                            {"loss", last_loss_},
+                            {"samples_per_s", sps},
+                            {"wall_s", now() - t_start},
+                            {"train_wall_s", t_end - t_start},
+                            {"bytes_sent", ts.bytes_sent},
+                            {"bytes_recv", ts.bytes_recv},
+                            {"exchanges", loop_->exchanges()},
+                            {"exchanges_failed", gs.failed},
+                            {"exchanges_declined", gs.declined}});
+    log_->info("done: {} steps in {:.1f} s, test_acc {:.4f}, {:.0f} samples/s, {} exchanges, {:.1f} MB sent", m.steps(),
+               now() - t_start, last_acc_, sps, loop_->exchanges(), static_cast<double>(ts.bytes_sent) / 1e6);
+  }
+  close(flush_s);
 }
 
 bool Runtime::drain() {

@@ -4,15 +4,20 @@
 // (python/) both drive a Runtime from their one compute thread:
 //
 //   Runtime rt(options, settings, model, metrics, log);   // listening once constructed
-//   rt.start();                                           // join through options.join
-//   for (;;) { rt.drain(); LoopAction a = rt.loop().next(); ...carry it out...;
-//              a Wait: rt.wait(a.until); }
+//   rt.start();                                           // "start" line; join through options.join
+//   for (;;) { LoopAction a = rt.next_action(deadline);   // drains and waits through every Wait
+//              ...carry out Step / Evaluate; Exit: break... }
+//   rt.finish(flush_s);                                   // "done" line, then the transport stops
+//
+// So the metrics lines ("start", "eval", "done" and every protocol event) and the way a Wait
+// is carried out are written once, here, for both drivers.
 //
 // Threading contract: every method is called from the compute thread, except that the
 // transport's I/O thread pushes into the inbox (never anything else: no protocol code, no
 // Python, runs there). Every wait here is bounded.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,7 +50,12 @@ struct RuntimeOptions {
   std::string tls_cert, tls_key, tls_ca;
   std::uint64_t seed = 1;               // the protocol's random stream (mixed with our id)
   std::uint64_t incarnation = 0;        // 0: the wall-clock milliseconds (a restart outranks its earlier life)
+  std::string device = "cpu";           // for the "start" line: where the math runs ("python": a torch model)
 };
+
+// Reads a swarm key file (net::load_swarm_key: std::invalid_argument naming the file) and
+// warns when other users of the machine can read it. Empty path: an open swarm (no key).
+Bytes read_swarm_key(const std::string& path, spdlog::logger& log);
 
 class Runtime {
  public:
@@ -58,8 +68,17 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const PeerId& id() const { return id_; }
-  // Joins through options.join plus `more` (e.g. a resumed peer's saved view).
+  // Writes the "start" metrics line, logs the address, and joins through options.join plus
+  // `more` (e.g. a resumed peer's saved view).
   void start(const std::vector<PeerId>& more = {});
+  // Drives the loop through its Waits (draining inputs, waking at each `until`) and returns
+  // the first action that is not a Wait, or a Wait once env time `deadline` has passed. A set
+  // *stop (SIGTERM, SIGINT) asks the loop for a graceful leave first.
+  LoopAction next_action(double deadline, const std::atomic<bool>* stop = nullptr);
+  // The end of the peer's life: the "done" metrics line and log line (if it trained), then
+  // close(flush_s). Call once, after next_action() said Exit (or the driver gave up).
+  void finish(double flush_s = kFlushSeconds);
+  static constexpr double kFlushSeconds = 1.0;  // what finish() gives queued frames by default
   // Hands everything queued to Gossip. Returns true if anything was handled; then whatever
   // mixed into or replaced the parameters did so, and `on_params_written` was called first.
   bool drain();
@@ -82,8 +101,10 @@ class Runtime {
   const std::string& last_rejection() const { return last_rejection_; }
   // One evaluation, reported the same way by rumor-peer and the Python module: the log line
   // and the "eval" metrics line (docs/metrics.md); then a new samples/s interval begins.
-  // `note` is appended to the log line.
+  // `note` is appended to the log line. The last one goes into the "done" line.
   void report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note = "");
+  double last_test_acc() const { return last_acc_; }
+  double last_loss() const { return last_loss_; }
   // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
   void close(double flush_s = 1.0);
 
@@ -101,12 +122,15 @@ class Runtime {
   std::unique_ptr<PeerLoop> loop_;
   PeerId id_;
   std::vector<PeerId> seeds_;
+  std::string device_;
   std::uint64_t transport_rejected_ = 0;
   std::string last_rejection_;
+  double last_acc_ = NAN, last_loss_ = NAN;
+  bool stop_logged_ = false;
   bool closed_ = false;
 };
 
-// The FNV-1a hash of a string, to derive a per-peer random stream from the seed and its id.
+// The XXH3 hash of a string, to derive a per-peer random stream from the seed and its id.
 std::uint64_t id_hash(const std::string& s);
 
 }  // namespace rumor::peer

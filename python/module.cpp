@@ -9,7 +9,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+
+#include "core/knobs.hpp"
 #include "core/model.hpp"
+#include "net/address.hpp"
 #include "python/python_peer.hpp"
 
 namespace py = pybind11;
@@ -32,34 +36,26 @@ PYBIND11_MODULE(_rumor, m) {
 
   py::class_<Node>(m, "Node", py::buffer_protocol())
       .def(py::init([](std::string fingerprint, std::size_t size, std::string listen, std::vector<std::string> join,
-                       std::string swarm_key, std::uint64_t local_steps, double staleness, std::string codec,
-                       std::string mix_weight, std::string metrics, double exchange_timeout, std::int64_t seed,
-                       std::string log_level, std::string name, std::size_t min_peers,
-                       double min_peers_timeout) {
+                       std::string swarm_key, std::string metrics, std::int64_t seed, std::string log_level,
+                       std::string name, std::map<std::string, std::string> knobs) {
              NodeOptions o;
              o.fingerprint = std::move(fingerprint);
              o.size = size;
              o.listen = std::move(listen);
              o.join = std::move(join);
              o.swarm_key_path = std::move(swarm_key);
-             o.local_steps = local_steps;
-             o.staleness = staleness;
-             o.codec = std::move(codec);
-             o.mix_weight = std::move(mix_weight);
              o.metrics_path = std::move(metrics);
-             o.exchange_timeout_s = exchange_timeout;
              o.seed = seed;
              o.log_level = std::move(log_level);
              o.name = std::move(name);
-             o.min_peers = min_peers;
-             o.min_peers_timeout_s = min_peers_timeout;
+             o.knobs.assign(knobs.begin(), knobs.end());
              py::gil_scoped_release release;  // binding, starting the I/O thread
              return std::make_unique<Node>(std::move(o));
            }),
-           py::arg("fingerprint"), py::arg("size"), py::arg("listen"), py::arg("join"), py::arg("swarm_key"),
-           py::arg("local_steps"), py::arg("staleness"), py::arg("codec"), py::arg("mix_weight"), py::arg("metrics"),
-           py::arg("exchange_timeout"), py::arg("seed"), py::arg("log_level"), py::arg("name"),
-           py::arg("min_peers") = 1, py::arg("min_peers_timeout") = 120.0)
+           py::arg("fingerprint"), py::arg("size"), py::arg("listen") = "127.0.0.1:0",
+           py::arg("join") = std::vector<std::string>{}, py::arg("swarm_key") = "", py::arg("metrics") = "",
+           py::arg("seed") = -1, py::arg("log_level") = "warning", py::arg("name") = "",
+           py::arg("knobs") = std::map<std::string, std::string>{})
       .def_buffer([](Node& n) {
         return py::buffer_info(n.data(), sizeof(float), py::format_descriptor<float>::format(), 1,
                                {static_cast<py::ssize_t>(n.size())}, {static_cast<py::ssize_t>(sizeof(float))});
@@ -117,7 +113,7 @@ PYBIND11_MODULE(_rumor, m) {
              if (!changed) return py::none();
              return view_of(self, const_cast<float*>(n.delta().data()), n.delta().size());
            },
-           py::arg("seconds"), py::arg("max_seconds") = 0.0)
+           py::arg("seconds") = -1.0, py::arg("max_seconds") = -1.0)
       .def("set_extra_state",
            [](Node& n, py::buffer blob) {
              const py::buffer_info b = blob.request();
@@ -132,6 +128,39 @@ PYBIND11_MODULE(_rumor, m) {
       .def("stats", &Node::stats)
       .def("close", &Node::close, py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
       .def("closed", &Node::closed);
+
+  // The loop's knobs (core/knobs.hpp), so that rumor.Peer takes, checks and documents exactly
+  // what rumor-peer's flags and rumor-sim's keys do.
+  m.def("knobs", [] {
+    const rumor::LoopSettings defaults;
+    py::list out;
+    for (const rumor::Knob& k : rumor::loop_knobs()) {
+      if (!(k.scope & rumor::Knob::kPython)) continue;
+      py::dict d;
+      d["name"] = k.name;
+      d["flag"] = rumor::knob_flag(k);
+      d["key"] = rumor::knob_key(k);
+      d["default"] = k.default_text ? std::string(k.default_text) : rumor::knob_value(k, defaults);
+      d["accepted"] = rumor::knob_range(k);
+      d["help"] = k.help;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("check_knob", [](const std::string& name, const std::string& value) {
+    const rumor::Knob* k = rumor::find_knob(name);
+    if (!k || !(k->scope & rumor::Knob::kPython)) throw py::type_error("unknown setting '" + name + "'");
+    rumor::LoopSettings scratch;
+    try {
+      rumor::set_knob(*k, scratch, value);
+    } catch (const rumor::KnobError& e) {
+      throw py::value_error(name + ": " + e.what());
+    }
+  });
+  m.def("parse_host_port", [](const std::string& s, const std::string& what, bool allow_zero) {
+    const rumor::net::HostPort hp = rumor::net::parse_host_port(s, what.c_str(), allow_zero);  // ValueError
+    return py::make_tuple(hp.host, hp.port);
+  });
 
   // The C++ dense models, for layout checks: fingerprint, and loss + gradient on a flat buffer.
   m.def("dense_fingerprint", [](const std::string& spec, std::size_t in, std::size_t out) {

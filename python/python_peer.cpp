@@ -10,18 +10,14 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/codec.hpp"
-#include "net/auth.hpp"
+#include "core/knobs.hpp"
 #include "net/transport.hpp"
-#include "peer/config.hpp"
 #include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
 
 namespace rumor::python {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const std::string& level) {
   static std::atomic<int> counter{0};
@@ -33,15 +29,36 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const std::
   log->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
   return log;
 }
+
+
+// The loop's settings of a Python peer: the user's knobs over core's defaults, and what this
+// driver decides itself.
+LoopSettings python_loop_settings(const NodeOptions& o) {
+  LoopSettings ls;
+  for (const auto& [name, value] : o.knobs) {
+    const Knob* k = find_knob(name);
+    if (!k || !(k->scope & Knob::kPython)) throw std::invalid_argument("unknown setting '" + name + "'");
+    try {
+      set_knob(*k, ls, value);
+    } catch (const KnobError& e) {
+      throw std::invalid_argument(name + ": " + e.what());
+    }
+  }
+  ls.evaluate = false;                       // the user's loop evaluates (report())
+  ls.epochs = 0;                             // ... and decides when training ends (close())
+  ls.gossip.join_timeout_s = INFINITY;       // join(timeout) bounds the wait for a member
+  ls.state_wait_s = 1e9;                     // ... and for the swarm's model
+  // Peers starting a swarm together share their initialisation (as rumor-peer --min-peers).
+  ls.gossip.fetch_state = ls.min_peers <= 1;
+  ls.gossip.fetch_extra_state = true;        // the optimizer state, when the source publishes one
+  return ls.resolved();
+}
+
 }  // namespace
 
 Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   if (o_.size == 0) throw std::invalid_argument("a model needs at least one parameter");
-  if (o_.local_steps < 1) throw std::invalid_argument("local_steps must be >= 1");
-  if (!(o_.staleness >= 0)) throw std::invalid_argument("staleness must be >= 0");
-  if (!(o_.exchange_timeout_s > 0)) throw std::invalid_argument("exchange_timeout must be > 0");
-  if (o_.mix_weight != "uniform" && o_.mix_weight != "samples")
-    throw std::invalid_argument("mix_weight '" + o_.mix_weight + "': expected uniform or samples");
+  const LoopSettings ls = python_loop_settings(o_);  // std::invalid_argument naming the bad knob
   log_ = make_logger(o_.name, o_.log_level);
   flat_.assign(o_.size, 0.0f);
   shadow_.assign(o_.size, 0.0f);
@@ -52,29 +69,11 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   ro.join = o_.join;
   ro.fingerprint = o_.fingerprint;
   ro.param_count = o_.size;
-  if (!o_.swarm_key_path.empty()) {
-    net::SwarmKey k = net::load_swarm_key(o_.swarm_key_path);  // std::invalid_argument naming the file
-    if (k.readable_by_others)
-      log_->warn("swarm key '{}' can be read by other users of this machine (chmod 600 it)", o_.swarm_key_path);
-    ro.swarm_key = std::move(k.secret);
-  }
+  ro.swarm_key = peer::read_swarm_key(o_.swarm_key_path, *log_);
+  ro.device = "python";
   if (o_.seed >= 0) ro.seed = static_cast<std::uint64_t>(o_.seed);
-  LoopSettings ls;
-  ls.gossip.local_steps = o_.local_steps;
-  ls.gossip.staleness = o_.staleness;
-  ls.gossip.codec = parse_codec(o_.codec);  // std::invalid_argument naming the accepted codecs
-  ls.gossip.mix_weight = o_.mix_weight == "samples" ? MixWeight::Samples : MixWeight::Uniform;
-  ls.gossip.exchange_timeout_s = o_.exchange_timeout_s;
-  ls.evaluate = false;      // the user's loop evaluates (report())
-  ls.settle_s = 0;          // ... and decides when training ends (serve() keeps averaging)
-  ls.state_wait_s = 1e9;    // join(timeout) bounds the wait for the swarm's model
-  ls.min_peers = o_.min_peers;
-  ls.min_peers_timeout_s = o_.min_peers_timeout_s;  // then train anyway, as rumor-peer does
-  // Peers starting a swarm together share their initialisation (as rumor-peer --min-peers).
-  ls.gossip.fetch_state = o_.min_peers <= 1;
-  ls.gossip.fetch_extra_state = true;  // the optimizer state, when the source publishes one
   metrics_ = std::make_unique<peer::MetricsWriter>(o_.metrics_path);  // std::runtime_error naming the path
-  rt_ = std::make_unique<peer::Runtime>(ro, ls.resolved(), *this, *metrics_, log_);
+  rt_ = std::make_unique<peer::Runtime>(ro, ls, *this, *metrics_, log_);
   // Gossip is about to handle inputs: keep the buffer as the live parameters last saw it.
   rt_->on_params_written = [this] {
     if (!shadow_current_) {
@@ -83,13 +82,7 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
     }
     maybe_written_ = true;
   };
-  metrics_->write("start", {{"peer", rt_->id()},
-                            {"unix_time", std::chrono::duration<double>(
-                                              std::chrono::system_clock::now().time_since_epoch()).count()},
-                            {"t_offset", metrics_->elapsed()},
-                            {"device", std::string("python")}});
-  log_->info("listening on {}{}; model {} ({} parameters)", rt_->id(), o_.join.empty() ? " (new swarm)" : "",
-             o_.fingerprint, o_.size);
+  log_->info("model {} ({} parameters)", o_.fingerprint, o_.size);
   rt_->start();
   returned_at_ = rt_->now();
   responder_ = std::make_unique<std::thread>([this] { respond(); });
@@ -173,19 +166,17 @@ bool Node::take_delta() {
 }
 
 bool Node::until_step(double timeout_s, const std::function<bool()>& give_up) {
-  const auto t0 = Clock::now();
+  const double deadline = rt_->now() + timeout_s;
   for (;;) {
-    drain();
-    const LoopAction a = rt_->loop().next();
+    // give_up() is looked at every 50 ms at least.
+    const LoopAction a = rt_->next_action(give_up ? std::min(deadline, rt_->now() + 0.05) : deadline);
     switch (a.kind) {
       case LoopAction::Kind::Step: return true;
       case LoopAction::Kind::Evaluate: continue;  // evaluation is off; nothing to do
       case LoopAction::Kind::Exit: return false;
       case LoopAction::Kind::Wait: break;
     }
-    const double left = timeout_s - since(t0);
-    if (left <= 0 || (give_up && give_up())) return false;
-    rt_->wait(std::min(a.until, rt_->now() + left));
+    if (rt_->now() >= deadline || (give_up && give_up())) return false;
   }
 }
 
@@ -242,7 +233,6 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
   shadow_current_ = false;  // the buffer now holds the live parameters
   ++steps_;
   samples_ += samples;
-  seconds_ += seconds;
   rt_->loop().step_done(loss, seconds, samples);
   if (!until_step(wait_timeout_s)) throw_not_ready("the staleness bound held this peer back", wait_timeout_s);
   return take_delta();
@@ -251,49 +241,23 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
 bool Node::serve(double seconds, double max_seconds) {
   check_process();
   Entry entry(*this, false);
-  double last_idle = -1;
-  // Exchanges every kSettleTickUntrained while the models still differ, so that the peers end
-  // together; once the last exchange found the two models equal (kSettledDistance), no faster
-  // than training did (as a settling rumor-peer): peers that have finished hold still, equal
-  // models, and swapping them every few ms only takes the cores that a peer still training
-  // (and evaluating) needs.
-  const double slow = rt_->loop().training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
-  const double fast = std::min(slow, LoopSettings::kSettleTickUntrained);
-  // Up to max_seconds while a live member is behind our clock (still training), `seconds`
-  // after the last one caught up, as a settling rumor-peer.
-  SettleDeadline deadline;
-  deadline.begin(rt_->now());
-  for (;;) {
-    const double tick = rt_->gossip().stats().last_distance < LoopSettings::kSettledDistance ? slow : fast;
-    drain();
-    const LoopAction a = rt_->loop().next();
-    const double now = rt_->now();
-    deadline.update(now, rt_->loop().others_behind());
-    const double end = deadline.end(seconds, max_seconds);
-    if (a.kind == LoopAction::Kind::Exit || now >= end) break;
-    if (a.kind == LoopAction::Kind::Evaluate) continue;
-    double until = end;
-    if (a.kind == LoopAction::Kind::Step) {
-      // Not training: keep averaging as a settling peer does (Gossip::on_idle starts an
-      // exchange when a slot is free), at most once per `tick`.
-      if (last_idle < 0 || now - last_idle >= tick) {
-        rt_->gossip().on_idle();
-        last_idle = now;
-      }
-      until = std::min(until, last_idle + tick);
-    } else {
-      until = std::min(until, a.until);
-    }
-    rt_->wait(until);
+  PeerLoop& loop = rt_->loop();
+  if (seconds < 0) seconds = loop.settings().settle_s;
+  if (max_seconds < 0) max_seconds = loop.settings().settle_max_s;
+  // The loop's pause ends itself (its deadline rule); ours only bounds a pause that never
+  // began (outside training) or a loop that keeps waiting.
+  loop.pause(seconds, max_seconds);
+  for (const double end = rt_->now() + std::max(seconds, max_seconds);;) {
+    const LoopAction a = rt_->next_action(end);
+    if (a.kind != LoopAction::Kind::Evaluate) break;  // Step: the pause is over; Exit; Wait: our deadline
   }
+  loop.end_pause();
   return take_delta();
 }
 
 void Node::report(double test_acc, double loss, double epoch) {
   check_process();
   std::lock_guard<std::mutex> lk(mu_);
-  last_acc_ = test_acc;
-  last_loss_ = loss;
   rt_->report_eval(steps_, epoch, loss, test_acc);
 }
 
@@ -334,35 +298,15 @@ void Node::close(double timeout_s) {
   }
   std::lock_guard<std::mutex> lk(mu_);
   closed_ = true;
-  const auto t0 = Clock::now();
-  // Leave: announce and hand the model over (the loop bounds it by leave_wait_s; we by timeout_s).
-  PeerLoop& loop = rt_->loop();
-  loop.request_stop();
-  const double budget = std::max(0.0, timeout_s - 0.8);  // keep some for the flush and the stop
-  for (;;) {
-    rt_->drain();
-    const LoopAction a = loop.next();
-    if (a.kind == LoopAction::Kind::Exit) break;
-    if (a.kind == LoopAction::Kind::Evaluate) continue;  // evaluation is off
-    if (a.kind == LoopAction::Kind::Step) continue;      // cannot happen once stopping; be safe
-    const double left = budget - since(t0);
-    if (left <= 0) break;
-    rt_->wait(std::min(a.until, rt_->now() + left));
-  }
-  const net::TransportStats ts = rt_->transport_stats();
-  const LoopStats& ls = loop.stats();
-  metrics_->write("done", {{"steps", steps_},
-                           {"test_acc", last_acc_},
-                           {"loss", last_loss_},
-                           {"samples_per_s", ls.train_seconds > 0 ? static_cast<double>(samples_) / ls.train_seconds : 0.0},
-                           {"wall_s", ls.training_started >= 0 ? rt_->now() - ls.training_started : 0.0},
-                           {"bytes_sent", ts.bytes_sent},
-                           {"bytes_recv", ts.bytes_recv},
-                           {"exchanges", loop.exchanges()},
-                           {"exchanges_failed", loop.gossip().stats().failed}});
-  log_->info("closed: {} steps, {} exchanges, {:.1f} MB sent, in {:.2f} s", steps_, loop.exchanges(),
-             static_cast<double>(ts.bytes_sent) / 1e6, since(t0));
-  rt_->close(std::clamp(timeout_s - since(t0) - 0.3, 0.0, 0.5));
+  // Leave as rumor-peer does on SIGTERM (announce, hand the model over: the loop bounds it by
+  // leave_wait), within timeout_s; the flush of queued frames gets what is left of it, up to
+  // Runtime::kFlushSeconds, and at least a quarter of it.
+  const double deadline = rt_->now() + timeout_s;
+  const double flush = std::min(peer::Runtime::kFlushSeconds, timeout_s / 4);
+  rt_->loop().request_stop();
+  while (rt_->next_action(deadline - flush).kind == LoopAction::Kind::Evaluate) {
+  }  // evaluation is off; a Step cannot come once stopping
+  rt_->finish(std::max(0.0, std::min(flush, deadline - rt_->now())));
 }
 
 }  // namespace rumor::python

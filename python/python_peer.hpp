@@ -48,17 +48,13 @@ struct NodeOptions {
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> join;
   std::string swarm_key_path;
-  std::uint64_t local_steps = 1;
-  double staleness = INFINITY;
-  std::string codec = "none";
-  std::string mix_weight = "uniform";
   std::string metrics_path;
-  double exchange_timeout_s = 5.0;
   std::int64_t seed = -1;  // -1: from the listen address
   std::string log_level = "warning";
   std::string name;
-  std::size_t min_peers = 1;  // join() waits for this many in view; >1: no state transfer
-  double min_peers_timeout_s = 120;
+  // The loop's knobs by name (core/knobs.hpp: the same table as rumor-peer's flags), as text;
+  // the rest keep core's defaults. An unknown name or a bad value: std::invalid_argument.
+  std::vector<std::pair<std::string, std::string>> knobs;
 };
 
 // What join() found: "ready" (step: the swarm's step, 0 when none was taken), "mismatch" (the
@@ -116,12 +112,12 @@ class Node final : public LoopModel {
   // exchange starts when one is due), then the staleness wait for the next step, bounded.
   // True when something was mixed in during that wait (delta()).
   bool end_step(double loss, double seconds, std::uint64_t samples, double wait_timeout_s);
-  // Handles inputs for `seconds` without stepping (answers exchanges, state requests, probes).
-  // True when the buffer changed meanwhile (delta()).
-  // With max_seconds > seconds: keeps serving past `seconds`, up to max_seconds, while a live
-  // peer is still behind our clock (still training), as rumor-peer's --settle / --settle-max
-  // do, so that a peer that finished first still averages in the others' last steps.
-  bool serve(double seconds, double max_seconds = 0);
+  // A pause in training (PeerLoop::pause): averages with the swarm without stepping, as a
+  // settling rumor-peer does, for `seconds`, or up to max_seconds while a live peer is still
+  // behind our clock (still training); outside training it only answers (exchanges, state
+  // requests, probes) for `seconds`. Negative: the settle / settle_max knobs. True when the
+  // buffer changed meanwhile (delta()).
+  bool serve(double seconds, double max_seconds);
   std::span<const float> delta() const { return delta_; }
   // Extra state (core/gossip.hpp): a blob a joiner gets with our model, never averaged (the
   // Python side publishes its optimizer state here); empty: none. received_extra_state(): what
@@ -141,8 +137,8 @@ class Node final : public LoopModel {
   void check_process() const;
   // Takes the shadow (if the buffer was copied into since) and hands queued inputs to Gossip.
   void drain();
-  // Loops next() until it says Step; waits on the inbox meanwhile. False on timeout, on exit,
-  // or as soon as give_up() says so.
+  // Drives the loop (Runtime::next_action) until it says Step. False on timeout, on exit, or as
+  // soon as give_up() says so.
   bool until_step(double timeout_s, const std::function<bool()>& give_up = {});
   // delta_ = flat_ - shadow_, shadow_ = flat_; true if any coordinate changed.
   bool take_delta();
@@ -178,8 +174,6 @@ class Node final : public LoopModel {
   bool shadow_current_ = false;
   bool maybe_written_ = false;
   std::uint64_t steps_ = 0, samples_ = 0;
-  double last_acc_ = NAN, last_loss_ = NAN;
-  double seconds_ = 0;  // step time reported by the Python side
   bool closed_ = false;
   std::unique_ptr<peer::MetricsWriter> metrics_;  // outlives rt_, which writes into it
   std::unique_ptr<peer::Runtime> rt_;

@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - a build or path problem, said pla
         "rumor: the compiled extension rumor._rumor is missing (" + str(e) + "). Build it with "
         "`cmake --build build --target rumor_python` and put build/python on PYTHONPATH.") from e
 
-__all__ = ["Peer", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout",
+__all__ = ["Peer", "KNOBS", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout",
            "Diverged"]
 
 # The staleness bound (or a join that never finished) held a step back longer than the peer's
@@ -61,19 +61,26 @@ class PeerClosed(RumorError):
     """The peer was closed (close(), the context manager, or interpreter exit)."""
 
 
-_CODECS = ("none", "fp16", "int8", "topk")
-_MIX_WEIGHTS = ("uniform", "samples")
 _open_peers = weakref.WeakSet()
 _open_lock = threading.Lock()
+# The loop's knobs: the table rumor-peer's flags and rumor-sim's keys come from (core/knobs.hpp).
+KNOBS = {k["name"]: k for k in _rumor.knobs()}
+
+
+def _knob_text(value):
+    """A keyword argument's value as the text the C++ table parses (the form a flag takes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return "inf"
+    return str(value)
 
 
 def _check_host_port(s, what, allow_zero):
-    if not isinstance(s, str) or s.count(":") != 1:
-        raise ValueError(f"{what} {s!r}: expected HOST:PORT, e.g. 127.0.0.1:7000")
-    host, port = s.split(":")
-    if not host or not port.isdigit() or not (0 if allow_zero else 1) <= int(port) <= 65535:
-        raise ValueError(f"{what} {s!r}: expected HOST:PORT with a port in "
-                         f"{'0' if allow_zero else '1'}..65535")
+    """The one HOST:PORT parser (net/address.hpp): IPv4, a name or [IPv6]; ValueError otherwise."""
+    if not isinstance(s, str):
+        raise ValueError(f"{what} {s!r}: expected a string HOST:PORT, e.g. 127.0.0.1:7000")
+    _rumor.parse_host_port(s, what, allow_zero)
 
 
 class Peer:
@@ -81,55 +88,44 @@ class Peer:
     model is bound to it (rumor.torch.GossipOptimizer / ParamAverager, or bind()), because the
     model's fingerprint and size are part of every handshake.
 
-    listen       "HOST:PORT" to accept peers on; port 0 picks a free one (see .address).
+    listen       "HOST:PORT" to accept peers on (IPv4, a name or [IPv6]); port 0 picks a free
+                 one (see .address).
     join         members to join through ("HOST:PORT" strings); empty: a new swarm of one.
     swarm_key    path of a swarm key file (docs/security.md); None: an open swarm.
-    local_steps  H: an exchange every H local steps.
-    staleness    bounded staleness tau (math.inf: fully asynchronous; 0: lockstep).
-    codec        "none", "fp16", "int8" or "topk".
-    mix_weight   "uniform" or "samples".
     metrics      a JSON-lines metrics file (docs/metrics.md), or None.
-    exchange_timeout  seconds before an exchange is given up.
     wait_timeout seconds a single staleness wait may block a step before training goes on anyway.
     seed         seeds the protocol's random choices (None: from the address).
     log_level    spdlog level of the peer's stderr log ("warning" by default: quiet).
     name         the peer's name in log lines.
-    min_peers    peers starting a swarm together: join() waits until this many (ourselves
-                 included) are in view (at most its timeout); they keep their own (shared)
-                 initialisation rather than fetching the swarm's model. After
-                 min_peers_timeout seconds the peer trains with whoever is there.
+    **knobs      any of the loop's settings, by the names of rumor-peer's flags with '_' for '-'
+                 (local_steps=8 is --local-steps 8), with the same defaults and checks: the list
+                 below (rumor.KNOBS; docs/flags.md). min_peers: peers starting a swarm together
+                 keep their own (shared) initialisation rather than fetching the swarm's model.
     """
 
-    def __init__(self, listen="127.0.0.1:0", join=(), swarm_key=None, local_steps=1, staleness=math.inf,
-                 codec="none", mix_weight="uniform", metrics=None, exchange_timeout=5.0, wait_timeout=60.0,
-                 seed=None, log_level="warning", name=None, min_peers=1,
-                 min_peers_timeout=120.0):
+    def __init__(self, listen="127.0.0.1:0", join=(), swarm_key=None, metrics=None, wait_timeout=60.0,
+                 seed=None, log_level="warning", name=None, **knobs):
         _check_host_port(listen, "listen", True)
         if isinstance(join, str):
             join = [j for j in join.split(",") if j]
         join = list(join)
         for j in join:
             _check_host_port(j, "join", False)
-        if int(local_steps) != local_steps or local_steps < 1:
-            raise ValueError(f"local_steps {local_steps!r}: must be an integer >= 1")
-        staleness = float(staleness)
-        if math.isnan(staleness) or staleness < 0:
-            raise ValueError(f"staleness {staleness!r}: must be >= 0 (math.inf: asynchronous)")
-        if codec not in _CODECS:
-            raise ValueError(f"codec {codec!r}: expected one of {', '.join(_CODECS)}")
-        if mix_weight not in _MIX_WEIGHTS:
-            raise ValueError(f"mix_weight {mix_weight!r}: expected one of {', '.join(_MIX_WEIGHTS)}")
-        if not exchange_timeout > 0 or not wait_timeout > 0:
-            raise ValueError("exchange_timeout and wait_timeout must be > 0 seconds")
-        if int(min_peers) != min_peers or min_peers < 1:
-            raise ValueError(f"min_peers {min_peers!r}: must be an integer >= 1")
+        texts = {}
+        for key, value in knobs.items():
+            if key not in KNOBS:
+                raise TypeError(f"rumor.Peer() got an unexpected keyword argument {key!r} (settings: "
+                                f"{', '.join(sorted(KNOBS))})")
+            texts[key] = _knob_text(value)
+            _rumor.check_knob(key, texts[key])  # ValueError naming the setting and what it accepts
+        if not wait_timeout > 0:
+            raise ValueError("wait_timeout must be > 0 seconds")
         if swarm_key is not None and not os.path.isfile(swarm_key):
             raise ValueError(f"swarm_key {swarm_key!r}: no such file")
-        self._opts = dict(listen=listen, join=join, swarm_key=swarm_key or "", local_steps=int(local_steps),
-                          staleness=staleness, codec=codec, mix_weight=mix_weight, metrics=metrics or "",
-                          exchange_timeout=float(exchange_timeout), seed=-1 if seed is None else int(seed),
-                          log_level=log_level, name=name or "", min_peers=int(min_peers),
-                          min_peers_timeout=float(min_peers_timeout))
+        self._opts = dict(listen=listen, join=join, swarm_key=swarm_key or "", metrics=metrics or "",
+                          seed=-1 if seed is None else int(seed), log_level=log_level, name=name or "",
+                          knobs=texts)
+        self.settings = dict(knobs)
         self.wait_timeout = float(wait_timeout)
         self._pid = os.getpid()
         self._node = None
@@ -171,10 +167,7 @@ class Peer:
         size = int(size)
         if size < 1:
             raise ValueError(f"size {size}: a model needs at least one parameter")
-        o = self._opts
-        node = _rumor.Node(fingerprint, size, o["listen"], o["join"], o["swarm_key"], o["local_steps"],
-                           o["staleness"], o["codec"], o["mix_weight"], o["metrics"], o["exchange_timeout"],
-                           o["seed"], o["log_level"], o["name"], o["min_peers"], o["min_peers_timeout"])
+        node = _rumor.Node(fingerprint, size, **self._opts)
         self._node = node
         self.fingerprint = fingerprint
         with _open_lock:
@@ -220,18 +213,21 @@ class Peer:
         or leaves. Returns the change mixed in during that wait (as begin_step()), or None."""
         return self._bound().end_step(float(loss), float(seconds), int(samples), self.wait_timeout)
 
-    def serve(self, seconds, max_seconds=0.0):
-        """Averages with the swarm for `seconds` without training (GIL released): answers
-        exchanges, state transfers to joiners and probes, and starts exchanges itself (every
-        10 ms while the models differ; once an exchange found them equal, no faster than
-        training did). Between steps a peer answers the swarm in
-        the background anyway (docs/python.md); call this after training so that the peers end
-        close to the swarm's average. With max_seconds: keeps serving past `seconds`, up to
-        max_seconds, while a live peer is still behind this one's clock (still training), then
-        `seconds` more from the moment the last one caught up, as rumor-peer's --settle /
-        --settle-max do, so that the first to finish still averages in the others' last steps.
-        Returns the change mixed into the buffer meanwhile (as begin_step()), or None."""
-        return self._bound().serve(float(seconds), float(max_seconds))
+    def serve(self, seconds=None, max_seconds=None):
+        """Pauses training to average with the swarm (GIL released), as a settling rumor-peer does:
+        starts exchanges (every 10 ms while the models differ; once an exchange found them equal,
+        no faster than training did; none once they agree) and answers exchanges, state transfers
+        to joiners and probes, for `seconds` (default: the settle setting, 3 s), or up to
+        `max_seconds` (default: settle_max, 60 s) while a live peer is still behind this one's
+        clock (still training; given `seconds` alone: no longer than that), then `seconds` more
+        from the moment the last one caught up, so
+        that the first to finish still averages in the others' last steps. Before training
+        begins (joining) it only answers, for `seconds`. Between steps a peer answers the swarm in
+        the background anyway (docs/python.md). Returns the change mixed into the buffer
+        meanwhile (as begin_step()), or None."""
+        if seconds is None:  # the settle settings, both
+            return self._bound().serve(-1.0, -1.0 if max_seconds is None else float(max_seconds))
+        return self._bound().serve(float(seconds), 0.0 if max_seconds is None else float(max_seconds))
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """Writes an "eval" metrics line with what your loop measured (test accuracy, loss, epoch)
@@ -281,6 +277,10 @@ class Peer:
     def __repr__(self):
         state = "closed" if self._closed else (self._node.address() if self._node else "unbound")
         return f"<rumor.Peer {state}>"
+
+
+Peer.__doc__ += "\n    Settings (**knobs):\n" + "".join(
+    f"    {k['name']:<18} {k['help']} (default {k['default']}; {k['accepted']})\n" for k in KNOBS.values())
 
 
 def _explain_mismatch(reason):

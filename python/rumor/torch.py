@@ -373,7 +373,7 @@ class _Sync:
             self.layout.add(delta)
         self.rumor_seconds += time.perf_counter() - self._t0
 
-    def serve(self, seconds, max_seconds=0.0):
+    def serve(self, seconds=None, max_seconds=None):
         self.layout.check(self.model)
         delta = self.peer.serve(seconds, max_seconds)
         if delta is not None:
@@ -496,7 +496,7 @@ class GossipOptimizer:
             self._sync.rumor_seconds += time.perf_counter() - t0
         return loss if closure is not None else out
 
-    def serve(self, seconds, max_seconds=0.0):
+    def serve(self, seconds=None, max_seconds=None):
         """Answers the swarm for `seconds` (up to max_seconds while a peer is still training)
         without training (see rumor.Peer.serve); what was mixed in meanwhile is applied to the
         parameters. The optimizer state is published first if it changed since the last time."""
@@ -560,7 +560,7 @@ class ParamAverager:
         self._sync.before_update()
         self._sync.after_update(loss, samples)
 
-    def serve(self, seconds, max_seconds=0.0):
+    def serve(self, seconds=None, max_seconds=None):
         """Answers the swarm for `seconds` without training (see rumor.Peer.serve)."""
         self._sync.serve(seconds, max_seconds)
 
