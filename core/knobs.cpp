@@ -297,10 +297,11 @@ std::string knobs_markdown() {
       return (k.scope & scope) ? "`" + s + "`" : std::string("-");
     };
     const std::string def = k.default_text ? k.default_text : knob_value(k, defaults);
-    std::string unit = k.unit;
+    const std::string unit = k.unit[0] ? std::string(" ") + k.unit : "";
+    std::string accepted = knob_range(k);
+    std::replace(accepted.begin(), accepted.end(), '|', '/');  // a | would end the cell
     out += fmt::format("| {} | {} | {} | {}{} | {} | {} |\n", cell(Knob::kDaemon, knob_flag(k)),
-                       cell(Knob::kSim, knob_key(k)), cell(Knob::kPython, k.name), def,
-                       unit.empty() || unit == "s" ? (unit.empty() ? "" : " s") : " " + unit, knob_range(k), k.help);
+                       cell(Knob::kSim, knob_key(k)), cell(Knob::kPython, k.name), def, unit, accepted, k.help);
   }
   return out;
 }

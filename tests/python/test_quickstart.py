@@ -40,3 +40,11 @@ def test_the_torch_quickstart_runs_a_swarm_of_python_and_cpp_peers(tmp_path):
     assert evals[-1]["exchanges"] > 0
     assert not [r for r in cpp if r["event"] == "rejected"]
     assert "p1" in p.stdout and "c2" in p.stdout  # report.py's table names both peers
+    # One Runtime writes both peers' metrics: a Python peer's lines carry the daemon's fields.
+    py = [json.loads(line) for line in (out / "p1.jsonl").read_text().splitlines()]
+
+    def fields(rows, event):
+        return set().union(*(r.keys() for r in rows if r["event"] == event))
+
+    for event in ("start", "eval", "settled", "done"):
+        assert fields(py, event) and fields(py, event) == fields(cpp, event), event
