@@ -1,3 +1,6 @@
+// Writing (temporary file, fsync, rename) and reading checkpoints, whose format is in
+// checkpoint.hpp, and --resume's search for the newest valid one in a directory. The daemon
+// decides when to write them.
 #include "peer/checkpoint.hpp"
 
 #include <fcntl.h>
