@@ -25,6 +25,7 @@
 // moving a deadline later costs nothing and moving it earlier is one cancel().
 #include "net/transport.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <openssl/ssl.h>
@@ -35,7 +36,6 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
 #include <limits>
 #include <map>
@@ -70,11 +70,7 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", s);
-  return buf;
-}
+std::string fmt_seconds(double s) { return fmt::format("{:g} s", s); }
 
 std::string endpoint_id(const tcp::endpoint& ep) {
   const auto a = ep.address();
