@@ -1,3 +1,6 @@
+// The dense codecs (codec.hpp): their names, fp16 (IEEE half, round to nearest even) and int8
+// (one float scale per 256-value block, max |x| / 127) encoding and decoding of a snapshot.
+// Only the bytes: which values are mixed is Gossip's business, and topk is core/sparse.cpp.
 #include "core/codec.hpp"
 
 #include <algorithm>

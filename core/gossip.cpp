@@ -1,5 +1,8 @@
-// Gossip: lifecycle, scheduling of exchanges, timers and the failure detector. The message
-// handlers live in gossip_exchange.cpp and gossip_join.cpp.
+// Gossip: lifecycle, scheduling of exchanges, timers and their dispatch, message dispatch,
+// and the exchange-failure half of failure detection (note_failure: failed exchanges in a row
+// -> Suspect; the Suspect -> Dead check). The SWIM probes (Ping, PingReq, their timers) live
+// in gossip_membership.cpp with state transfer and leave; the other message handlers in
+// gossip_exchange.cpp, gossip_sparse.cpp and gossip_join.cpp (join, Ping answers, views).
 #include <algorithm>
 #include <atomic>
 

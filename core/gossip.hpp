@@ -1,8 +1,13 @@
 // The gossip protocol of one peer, as a pure state machine behind Env (sans-I/O): push-pull
 // parameter exchanges with a uniformly random live neighbour every H local steps, mixing by the
 // overlap rule (core/mix.hpp), membership piggybacked on every message (core/view.hpp), joins
-// through seeds, and a simple failure detector (consecutive failed exchanges -> suspect ->
-// dead after a timeout). The daemon and the simulator drive exactly this class.
+// through seeds, state transfer to joiners, graceful leave with model hand-over, and failure
+// detection: SWIM probes (Ping; PingReq through `indirect_probes` others; then Suspect, and Dead
+// `suspect_timeout_s` later unless refuted; gossip_membership.cpp) plus `suspect_after_failures`
+// failed exchanges in a row. PeerLoop (core/peer_loop.hpp) owns it and is what rumor-peer,
+// rumor-sim and the Python module drive; core's unit tests drive it alone
+// (tests/core/cluster.hpp). Handlers: gossip_exchange.cpp, gossip_sparse.cpp (topk),
+// gossip_join.cpp, gossip_membership.cpp.
 //
 // An exchange, numbered as it happens:
 //  1. on_step_done: H steps since the last one and fewer than max_in_flight exchanges open ->

@@ -1,3 +1,6 @@
+// Message type names for logs, and the Hello of the handshake (Cereal, checked on decode: a
+// peer id of 1..255 bytes, a fingerprint of at most 1 KiB). The other messages' headers are
+// core/protocol_messages.cpp; framing on the wire is net/frame.cpp.
 #include "core/message.hpp"
 
 #include <cereal/types/string.hpp>

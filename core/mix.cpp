@@ -1,3 +1,7 @@
+// The mixing arithmetic (mix.hpp): mix_into (the overlap rule's x += w (m - s)), finiteness,
+// norms and relative distances, and mix_into_with_distance, which mixes and measures the
+// distance between the two snapshots in one pass, over flat spans or chunked Pieces. Pure
+// arithmetic: the weights are chosen by Gossip.
 #include "core/mix.hpp"
 
 #include <algorithm>

@@ -1,3 +1,7 @@
+// Building the gossip messages (make_message) and decoding their headers (decode_*): every
+// decoder checks what it read (view sizes, counts) and throws DecodeError, which Gossip turns
+// into a rejection of the sender; payload_floats checks a parameter payload's size. Headers
+// only: the byte framing is net/frame.cpp.
 #include "core/protocol_messages.hpp"
 
 #include <cereal/types/string.hpp>

@@ -1,3 +1,6 @@
+// The topk codec's pieces (sparse.hpp): k for a fraction, the choice of coordinates (half the
+// largest change since last averaged, half a round-robin sweep) and the request and reply
+// encodings with their checked decoders. The exchange that uses them is gossip_sparse.cpp.
 #include "core/sparse.hpp"
 
 #include <algorithm>

@@ -1,3 +1,8 @@
+// Trainer (trainer.hpp): construction on the CPU (buffers in their historical order, see
+// core/backend_cpu.cpp) or on a device (everything resident, a pinned host mirror), gradient and
+// update steps, evaluation, the mirror's sync to the device after params_written(), and the
+// optimizer state and position for checkpoints. The arithmetic itself is the model's and the
+// backend's.
 #include "core/trainer.hpp"
 
 #include <stdexcept>

@@ -1,3 +1,6 @@
+// The membership view (view.hpp): merging digests (higher incarnation wins, then the more
+// severe state), state changes with the alive list and live count kept in step, and the digest
+// that rides on every message: ourselves plus a uniform random subset, `limit` entries at most.
 #include "core/view.hpp"
 
 #include <algorithm>

@@ -3,6 +3,8 @@
 // of fuzz/corpus/ were made with it (the hash-named ones are inputs libFuzzer found, merged in
 // with -merge=1); rerun it when a format changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus
+#include <fmt/core.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -82,7 +84,7 @@ std::vector<std::pair<std::string, Message>> sample_messages() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fuzz_make_seeds DIR\n");
+    fmt::print(stderr, "usage: fuzz_make_seeds DIR\n");
     return 2;
   }
   root = argv[1];
@@ -197,6 +199,6 @@ int main(int argc, char** argv) {
     b.push_back(0x81);
     write("gossip", "streamed", b);
   }
-  std::printf("seeds written under %s\n", root.c_str());
+  fmt::print("seeds written under {}\n", root.string());
   return 0;
 }

@@ -5,6 +5,8 @@
 // with robust mixing on no input can make a parameter non-finite.
 #include "fuzz/targets.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,7 +34,7 @@ namespace {
 
 // A property the fuzzer found broken: abort, so libFuzzer saves the input.
 [[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "fuzz property broken: %s\n", what);
+  fmt::print(stderr, "fuzz property broken: {}\n", what);
   std::abort();
 }
 

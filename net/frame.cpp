@@ -4,8 +4,9 @@
 // host. The hash itself is core/hash.cpp.
 #include "net/frame.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
 #if defined(__linux__)
@@ -34,11 +35,7 @@ std::uint64_t get_le(const std::uint8_t* p, int n) {
   return v;
 }
 
-std::string hex(std::uint64_t v, int width) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%0*llx", width, static_cast<unsigned long long>(v));
-  return buf;
-}
+std::string hex(std::uint64_t v, int width) { return fmt::format("0x{:0{}x}", v, width); }
 
 }  // namespace
 

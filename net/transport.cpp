@@ -27,6 +27,7 @@
 
 #include "net/address.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <openssl/ssl.h>
@@ -37,7 +38,6 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
 #include <limits>
 #include <map>
@@ -72,11 +72,7 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", s);
-  return buf;
-}
+std::string fmt_seconds(double s) { return fmt::format("{:g} s", s); }
 
 std::string endpoint_id(const tcp::endpoint& ep) {
   const auto a = ep.address();

@@ -1,6 +1,10 @@
+// Writing (temporary file, fsync, rename) and reading checkpoints, whose format is in
+// checkpoint.hpp, and --resume's search for the newest valid one in a directory. The daemon
+// decides when to write them.
 #include "peer/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -62,8 +66,7 @@ std::uint64_t step_of(const fs::path& p) {
 std::string write_checkpoint(const std::string& dir, const Checkpoint& c) {
   fs::create_directories(dir);
   const Bytes body = encode_struct(c);
-  char name[64];
-  std::snprintf(name, sizeof name, "ckpt-%012llu.rkpt", static_cast<unsigned long long>(c.position.step));
+  const std::string name = fmt::format("ckpt-{:012}.rkpt", c.position.step);
   const std::string path = (fs::path(dir) / name).string();
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -1,3 +1,5 @@
+// MetricsWriter (metrics.hpp): --metrics lines, one compact JSON object each, written under a
+// lock and flushed at once. Which events exist and their fields is docs/metrics.md.
 #include "peer/metrics.hpp"
 
 #include <nlohmann/json.hpp>

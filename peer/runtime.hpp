@@ -130,7 +130,7 @@ class Runtime {
   bool closed_ = false;
 };
 
-// The XXH3 hash of a string, to derive a per-peer random stream from the seed and its id.
+// The XXH3-64 hash of a string, to derive a per-peer random stream from the seed and its id.
 std::uint64_t id_hash(const std::string& s);
 
 }  // namespace rumor::peer

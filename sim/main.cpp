@@ -7,6 +7,7 @@
 // 1 anything else. Everything written under DIR is a pure function of the scenario and the
 // seed; the one line about wall time and memory goes to stderr only.
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include <sys/resource.h>
 
@@ -126,34 +127,32 @@ int main(int argc, char** argv) {
       // A grid: every combination checked first, then run `sweep.parallel` at a time.
       swept = true;
       const auto runs = rumor::sim::expand_sweep(scenario_path, s, sets);
-      std::fprintf(stderr, "rumor-sim: sweep of %zu runs, %zu at a time, into %s\n", runs.size(), s.sweep_parallel,
-                   out_dir.c_str());
+      fmt::print(stderr, "rumor-sim: sweep of {} runs, {} at a time, into {}\n", runs.size(), s.sweep_parallel, out_dir);
       std::size_t done = 0;
       const std::string md = rumor::sim::run_sweep(s, runs, out_dir, [&](const rumor::sim::SweepRun& r, const rumor::sim::RunOutcome& o) {
         ++done;
         std::string label;
         for (std::size_t a = 0; a < s.sweep.size(); ++a) label += " " + s.sweep[a].label + "=" + r.values[a];
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::fprintf(stderr, "rumor-sim: [%zu/%zu] run %s:%s: final test_acc %.4f at %.2f s virtual (%.0f s wall so far)\n",
-                     done, runs.size(), r.name.c_str(), label.c_str(), o.samples.empty() ? 0.0 : o.samples.back().test_acc,
-                     o.virtual_time, el);
+        fmt::print(stderr, "rumor-sim: [{}/{}] run {}:{}: final test_acc {:.4f} at {:.2f} s virtual ({:.0f} s wall so far)\n",
+                   done, runs.size(), r.name, label, o.samples.empty() ? 0.0 : o.samples.back().test_acc, o.virtual_time,
+                   el);
       });
       std::cout << md;
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "rumor-sim: sweep done, wall %.1f s; sweep.csv, runs.csv, summary.csv, summary.md in %s\n", wall,
-                   out_dir.c_str());
+      fmt::print(stderr, "rumor-sim: sweep done, wall {:.1f} s; sweep.csv, runs.csv, summary.csv, summary.md in {}\n", wall,
+                 out_dir);
     } else {
       const rumor::sim::RunOutcome o = rumor::sim::run_scenario(s, out_dir);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       rusage ru{};
       getrusage(RUSAGE_SELF, &ru);
-      std::fprintf(stderr,
-                   "rumor-sim: %llu events, %.3f s virtual, final test_acc %.4f; wall %.2f s, "
-                   "%.0f events/s, peak RSS %.1f MB; outputs in %s\n",
-                   static_cast<unsigned long long>(o.totals.events), o.virtual_time,
-                   o.samples.empty() ? 0.0 : o.samples.back().test_acc, wall,
-                   wall > 0 ? static_cast<double>(o.totals.events) / wall : 0.0,
-                   static_cast<double>(ru.ru_maxrss) / 1024.0, out_dir.c_str());
+      fmt::print(stderr,
+                 "rumor-sim: {} events, {:.3f} s virtual, final test_acc {:.4f}; wall {:.2f} s, "
+                 "{:.0f} events/s, peak RSS {:.1f} MB; outputs in {}\n",
+                 o.totals.events, o.virtual_time, o.samples.empty() ? 0.0 : o.samples.back().test_acc, wall,
+                 wall > 0 ? static_cast<double>(o.totals.events) / wall : 0.0, static_cast<double>(ru.ru_maxrss) / 1024.0,
+                 out_dir);
     }
   } catch (const rumor::sim::ScenarioError& e) {
     std::cerr << "rumor-sim: " << e.what() << "\n";

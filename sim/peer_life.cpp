@@ -1,4 +1,4 @@
-// The simulator's driver of each peer's core::PeerLoop (core/peer_loop.hpp has the contract):
+// The simulator's driver of each peer's PeerLoop (core/peer_loop.hpp has the contract):
 // start, steps (the compute model draws their length), evaluations, waits, exit; and the CPU
 // share a peer takes.
 #include "sim/simulation_impl.hpp"

@@ -2,7 +2,8 @@
 // Each consumer has its own stream, so a change in one model (say, adding jitter) does not
 // shift the draws of another (the peers' protocol choices, their step times, the data order).
 // Peer-indexed streams use the index itself (the Env of peer i is Rng(seed).fork(i), as the
-// brief of the simulator asks); everything else lives above 2^40, far from any peer index.
+// project's design brief for the simulator asks); everything else lives above 2^40, far from
+// any peer index.
 #pragma once
 #include <cstdint>
 

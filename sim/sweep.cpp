@@ -1,10 +1,11 @@
 // One run, and sweeps of runs (sweep.hpp).
 #include "sim/sweep.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -20,11 +21,11 @@ namespace rumor::sim {
 
 namespace {
 
-std::string fmt(double x, const char* f = "%.6g") {
+// A number for the CSV and Markdown tables: `precision` digits as printf's %g (type 'g') or
+// decimals as %f (type 'f'); empty where it is not finite.
+std::string num(double x, int precision = 6, char type = 'g') {
   if (!std::isfinite(x)) return "";
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
+  return type == 'f' ? fmt::format("{:.{}f}", x, precision) : fmt::format("{:.{}g}", x, precision);
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -112,9 +113,7 @@ std::vector<SweepRun> expand_sweep(const std::string& path, const Scenario& base
     } catch (const ScenarioError& e) {
       throw ScenarioError("sweep run " + std::to_string(k) + " (" + label + "): " + e.what());
     }
-    char name[32];
-    std::snprintf(name, sizeof name, "%03zu", k);
-    r.name = name;
+    r.name = fmt::format("{:03}", k);
     runs.push_back(std::move(r));
   }
   return runs;
@@ -206,9 +205,9 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
     const double final_acc = out[k].samples.empty() ? NAN : out[k].samples.back().test_acc;
     std::string row = runs[k].name;
     for (const auto& v : runs[k].values) row += "," + csv_field(v);
-    row += "," + fmt(base.sweep_target) + "," + (hits[k].time >= 0 ? fmt(hits[k].time) : "") + "," +
-           (hits[k].time >= 0 ? fmt(hits[k].bytes_per_peer) : "") + "," + fmt(final_acc, "%.4f") + "," +
-           fmt(out[k].virtual_time) + "," + fmt(static_cast<double>(out[k].totals.bytes) / std::max<std::uint32_t>(out[k].peers, 1));
+    row += "," + num(base.sweep_target) + "," + (hits[k].time >= 0 ? num(hits[k].time) : "") + "," +
+           (hits[k].time >= 0 ? num(hits[k].bytes_per_peer) : "") + "," + num(final_acc, 4, 'f') + "," +
+           num(out[k].virtual_time) + "," + num(static_cast<double>(out[k].totals.bytes) / std::max<std::uint32_t>(out[k].peers, 1));
     runs_csv += row + "\n";
   }
   write_file((fs::path(out_dir) / "runs.csv").string(), runs_csv);
@@ -229,7 +228,7 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
   for (auto a : keep) sum_csv += csv_field(base.sweep[a].label) + ",";
   sum_csv += "runs,reached,time_to_target_mean,time_to_target_sd,bytes_per_peer_to_target_mean,"
              "bytes_per_peer_to_target_sd,final_test_acc_mean,final_test_acc_sd,virtual_time_mean\n";
-  md = "Target test accuracy " + fmt(base.sweep_target) + " (of the average model); mean ± sd over seeds.\n\n|";
+  md = "Target test accuracy " + num(base.sweep_target) + " (of the average model); mean ± sd over seeds.\n\n|";
   for (auto a : keep) md += " " + base.sweep[a].label + " |";
   md += " runs | reached | time to target (s) | MB per peer to target | final accuracy | virtual time (s) |\n|";
   for (std::size_t i = 0; i < keep.size() + 6; ++i) md += "---|";
@@ -247,16 +246,16 @@ std::string run_sweep(const Scenario& base, const std::vector<SweepRun>& runs, c
     }
     const Stat st = stat(t), sb = stat(b), sa = stat(acc), sv = stat(vt);
     for (const auto& v : g) sum_csv += csv_field(v) + ",";
-    sum_csv += std::to_string(ks.size()) + "," + std::to_string(t.size()) + "," + fmt(st.mean) + "," + fmt(st.sd) + "," +
-               fmt(sb.mean) + "," + fmt(sb.sd) + "," + fmt(sa.mean, "%.4f") + "," + fmt(sa.sd, "%.4f") + "," + fmt(sv.mean) + "\n";
+    sum_csv += std::to_string(ks.size()) + "," + std::to_string(t.size()) + "," + num(st.mean) + "," + num(st.sd) + "," +
+               num(sb.mean) + "," + num(sb.sd) + "," + num(sa.mean, 4, 'f') + "," + num(sa.sd, 4, 'f') + "," + num(sv.mean) + "\n";
     md += "|";
     for (const auto& v : g) md += " " + v + " |";
-    const auto pm = [](const Stat& x, double scale, const char* f) {
+    const auto pm = [](const Stat& x, double scale, int precision, char type) {
       if (x.n == 0) return std::string("—");
-      return fmt(x.mean * scale, f) + " ± " + fmt(x.sd * scale, f);
+      return num(x.mean * scale, precision, type) + " ± " + num(x.sd * scale, precision, type);
     };
-    md += " " + std::to_string(ks.size()) + " | " + std::to_string(t.size()) + " | " + pm(st, 1, "%.3g") + " | " +
-          pm(sb, 1e-6, "%.3g") + " | " + pm(sa, 1, "%.4f") + " | " + pm(sv, 1, "%.4g") + " |\n";
+    md += " " + std::to_string(ks.size()) + " | " + std::to_string(t.size()) + " | " + pm(st, 1, 3, 'g') + " | " +
+          pm(sb, 1e-6, 3, 'g') + " | " + pm(sa, 1, 4, 'f') + " | " + pm(sv, 1, 4, 'g') + " |\n";
   }
   write_file((fs::path(out_dir) / "summary.csv").string(), sum_csv);
   write_file((fs::path(out_dir) / "summary.md").string(), md);

@@ -9,10 +9,10 @@
 // pooling forward and backward. A CNN's loss agrees within 1e-5 relative and its gradient
 // within 1e-3 relative in the max norm (deeper chains of FP32 products in other orders).
 #include <doctest/doctest.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -32,7 +32,7 @@ namespace {
 std::shared_ptr<Backend> gpu_or_skip() {
   std::string why;
   if (gpu::device_count(&why) <= 0) {
-    std::printf("SKIPPED: no CUDA device (%s)\n", why.c_str());
+    fmt::print("SKIPPED: no CUDA device ({})\n", why);
     return nullptr;
   }
   return gpu::make_cuda_backend(0);

@@ -5,8 +5,8 @@
 // daemon's side of the mirror rule on every machine. The training comparison needs a real GPU
 // and is skipped ("SKIPPED: no CUDA device", which ctest reports as skipped) without one.
 #include <doctest/doctest.h>
+#include <fmt/core.h>
 
-#include <cstdio>
 #include <memory>
 
 #include "core/mix.hpp"
@@ -32,9 +32,9 @@ bool gpu_or_skip() {
 #ifdef RUMOR_HAVE_CUDA
   std::string why;
   if (rumor::gpu::device_count(&why) > 0) return true;
-  std::printf("SKIPPED: no CUDA device (%s)\n", why.c_str());
+  fmt::print("SKIPPED: no CUDA device ({})\n", why);
 #else
-  std::printf("SKIPPED: no CUDA device (this build has no CUDA backend)\n");
+  fmt::print("SKIPPED: no CUDA device (this build has no CUDA backend)\n");
 #endif
   return false;
 }

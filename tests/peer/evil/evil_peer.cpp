@@ -9,6 +9,7 @@
 //   rumor-evil-peer --join HOST:PORT --attack huge|nan|flip --duration SEC
 //                   [--data synthetic|DIR] [--model SPEC] [--swarm-key FILE]
 // Logs to stderr; "listening on HOST:PORT" like rumor-peer. Exit 0 after --duration.
+#include <fmt/core.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -59,8 +60,8 @@ class EvilEnv final : public Env {
 };
 
 int usage(const char* why) {
-  std::fprintf(stderr, "rumor-evil-peer: %s\nusage: rumor-evil-peer --join HOST:PORT --attack huge|nan|flip "
-                       "--duration SEC [--data synthetic|DIR] [--model SPEC] [--swarm-key FILE]\n", why);
+  fmt::print(stderr, "rumor-evil-peer: {}\nusage: rumor-evil-peer --join HOST:PORT --attack huge|nan|flip "
+                     "--duration SEC [--data synthetic|DIR] [--model SPEC] [--swarm-key FILE]\n", why);
   return 2;
 }
 
