@@ -25,8 +25,9 @@
 #include "core/model.hpp"
 #include "core/protocol_messages.hpp"
 #include "core/trainer.hpp"
+#include "data/files.hpp"
+#include "data/partition.hpp"
 #include "net/frame.hpp"
-#include "files/data_files.hpp"
 
 namespace rumor::sim {
 

@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "core/dataset.hpp"
 #include "core/model.hpp"
+#include "data/dataset.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"

@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/dataset.hpp"
 #include "core/rng.hpp"
+#include "data/partition.hpp"
 #include "sim/streams.hpp"
 
 namespace rumor::sim {
