@@ -18,10 +18,10 @@
 
 #include "core/model.hpp"
 #include "data/dataset.hpp"
-#include "sim/calibrate.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
+#include "tools/calibrate.hpp"
 
 #ifndef RUMOR_SOURCE_DIR
 #define RUMOR_SOURCE_DIR ""

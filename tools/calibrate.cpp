@@ -1,7 +1,7 @@
 // `rumor-sim --calibrate` (see calibrate.hpp): child processes for the contended timings,
 // plain POSIX sockets for loopback TCP. Wall-clock time is the point here, and none of it
 // reaches a simulation's outputs except through the fragment the user chooses to include.
-#include "sim/calibrate.hpp"
+#include "tools/calibrate.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
