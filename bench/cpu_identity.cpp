@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
-#include "files/data_files.hpp"
+#include "data/files.hpp"
+#include "data/synthetic.hpp"
 using namespace rumor;
 static void put(FILE* f, const std::vector<float>& v) { fwrite(v.data(), 4, v.size(), f); }
 static void put(FILE* f, std::span<const float> v) { fwrite(v.data(), 4, v.size(), f); }

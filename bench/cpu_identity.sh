@@ -17,9 +17,12 @@ for side in base new; do
   [ "$side" = new ] && src="$here"
   cmake -S "$src" -B "$work/build-$side" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRUMOR_CUDA=OFF -DRUMOR_TESTS=OFF \
     -DRUMOR_BENCH=OFF >/dev/null
-  cmake --build "$work/build-$side" -j "$(nproc)" --target rumor_files >/dev/null
+  # The data sets: rumor_files in peer/ at the base, rumor_data (data/, below rumor_core) here.
+  target=rumor_core libs=("$work/build-$side/core/librumor_core.a" "$work/build-$side/data/librumor_data.a")
+  [ "$side" = base ] && target=rumor_files libs=("$work/build-$side/peer/librumor_files.a" "$work/build-$side/core/librumor_core.a")
+  cmake --build "$work/build-$side" -j "$(nproc)" --target "$target" >/dev/null
   c++ -std=c++20 -O3 -march=native -DEIGEN_NO_DEBUG -I"$src" -I/usr/include/eigen3 "$here/bench/cpu_identity.cpp" \
-    "$work/build-$side/peer/librumor_files.a" "$work/build-$side/core/librumor_core.a" -lz -fopenmp -o "$work/dump-$side"
+    "${libs[@]}" -lz -fopenmp -o "$work/dump-$side"
   "$work/dump-$side" "$work/out-$side.bin"
 done
 if cmp "$work/out-base.bin" "$work/out-new.bin"; then

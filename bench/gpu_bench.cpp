@@ -27,11 +27,10 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"
+#include "data/files.hpp"
 #include "gpu/cuda_backend.hpp"
-#include "files/data_files.hpp"
 
 namespace {
 using Clock = std::chrono::steady_clock;

@@ -36,12 +36,12 @@
 #include <time.h>
 #include <vector>
 
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
 #include "core/trainer.hpp"
-#include "files/data_files.hpp"
+#include "data/batch_order.hpp"
+#include "data/files.hpp"
 
 namespace {
 

@@ -13,8 +13,8 @@
 
 #include "core/backend.hpp"
 #include "core/check.hpp"
-#include "core/dataset.hpp"
 #include "core/model.hpp"
+#include "data/dataset.hpp"
 
 namespace rumor {
 namespace {

@@ -23,11 +23,12 @@
 #include <span>
 #include <vector>
 
-#include "core/loop_model.hpp"
 #include "core/backend.hpp"
-#include "core/dataset.hpp"
+#include "core/loop_model.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
+#include "data/batch_order.hpp"
+#include "data/dataset.hpp"
 
 namespace rumor {
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/message.hpp"  // Bytes
 #include "core/serial.hpp"
 
 namespace rumor {

@@ -19,10 +19,11 @@
 #include "core/backend.hpp"
 #include "core/peer_loop.hpp"
 #include "core/trainer.hpp"
+#include "data/files.hpp"
+#include "data/partition.hpp"
 #include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/checkpoint.hpp"
-#include "files/data_files.hpp"
 #include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
 #ifdef RUMOR_HAVE_CUDA

@@ -6,7 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
-#include "core/dataset.hpp"
+#include "data/dataset.hpp"
 #include "peer/config.hpp"
 #include "peer/daemon.hpp"
 

@@ -17,12 +17,12 @@
 #include <filesystem>
 #include <iostream>
 
-#include "core/dataset.hpp"
 #include "core/model.hpp"
-#include "sim/calibrate.hpp"
+#include "data/dataset.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
+#include "tools/calibrate.hpp"
 
 #ifndef RUMOR_SOURCE_DIR
 #define RUMOR_SOURCE_DIR ""

@@ -1,9 +1,10 @@
 // Scenario parsing: text -> raw (key, value, place) entries -> a checked Scenario.
 //
-// Two passes on purpose: the raw pass knows the syntax (sections, includes, --set) and nothing
-// of the meaning; the typed pass looks every key up in one table of known keys, so an unknown
-// key is found wherever it is, and each value is converted with the place it came from at hand
-// for the error message.
+// Two passes on purpose: the raw pass (the INI reader, ini.hpp) knows the syntax (sections,
+// includes, --set) and nothing of the meaning; the typed pass, here, looks every key up in one
+// table of known keys, so an unknown key is found wherever it is, and each value is converted
+// with the place it came from at hand for the error message. Two parts of the typed pass have
+// their own files: the [sweep] axes (scenario_sweep.cpp) and the Poisson churn draws (churn.cpp).
 #include "sim/scenario.hpp"
 
 #include <algorithm>
@@ -13,8 +14,11 @@
 #include <set>
 #include <sstream>
 
-#include "core/dataset.hpp"
 #include "core/rng.hpp"
+#include "data/partition.hpp"
+#include "sim/churn.hpp"
+#include "sim/ini.hpp"
+#include "sim/scenario_sweep.hpp"
 #include "sim/streams.hpp"
 
 namespace rumor::sim {
@@ -52,31 +56,9 @@ const char* algorithm_name(Algorithm a) {
 
 bool uses_topology(Algorithm a) { return a == Algorithm::Gossip || a == Algorithm::Dpsgd || a == Algorithm::Sgp; }
 
-namespace {
-
-[[noreturn]] void fail(const std::string& where, const std::string& key, const std::string& what) {
-  throw ScenarioError(where + ": " + key + ": " + what);
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-struct RawValue {
-  std::string value, where;
-};
-
+// The known sections and keys (declared in ini.hpp: the raw pass checks every key against them).
 // Keys of list kind append; all others keep the last value.
+namespace ini {
 const std::set<std::string> kListKeys = {"network.link", "network.partition", "compute.straggler",
                                          "churn.crash", "churn.leave", "churn.join"};
 const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
@@ -98,178 +80,20 @@ const std::map<std::string, std::set<std::string>> kKeys = {
     {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "eval_every_steps", "log_exchanges",
                 "log_views"}},
 };
-
-class Raw {
- public:
-  std::map<std::string, std::vector<RawValue>> entries;
-  std::vector<std::string> class_order;  // [class.NAME] sections in order of appearance
-  std::vector<std::string> sweep_order;  // [sweep] axes in order of appearance
-
-  void set(const std::string& section, const std::string& key, const std::string& value, const std::string& where) {
-    std::string full;
-    if (section == "sweep") {
-      // [sweep]: `target` and `parallel` configure it; any other key is an axis of the grid,
-      // checked against the known keys when the grid is built. Axes keep their file order.
-      full = "sweep." + key;
-      if (key != "target" && key != "parallel") {
-        auto it = std::find(sweep_order.begin(), sweep_order.end(), key);
-        if (it == sweep_order.end()) sweep_order.push_back(key);
-      }
-      auto& v = entries[full];
-      v.clear();
-      v.push_back({value, where});
-      return;
-    }
-    if (section.rfind("class.", 0) == 0) {
-      const std::string name = section.substr(6);
-      if (name.empty() || name.find_first_of(" .,|") != std::string::npos)
-        fail(where, "[" + section + "]", "a class name is one word without '.', ',' or '|'");
-      if (!kClassKeys.count(key)) fail(where, section + "." + key, "unknown key of a [class.*] section" + listing(kClassKeys));
-      if (std::find(class_order.begin(), class_order.end(), name) == class_order.end()) class_order.push_back(name);
-      full = section + "." + key;
-    } else {
-      auto s = kKeys.find(section);
-      if (s == kKeys.end())
-        fail(where, "[" + section + "]", "unknown section (known: run, algorithm, workload, gossip, network, compute, class.NAME, churn, output, sweep)");
-      if (!s->second.count(key)) fail(where, section + "." + key, "unknown key" + listing(s->second));
-      full = section + "." + key;
-    }
-    auto& v = entries[full];
-    if (!kListKeys.count(full)) v.clear();
-    v.push_back({value, where});
-  }
-
-  void parse_text(const std::string& text, const std::string& name, const std::string& base_dir, int depth) {
-    if (depth > 8) fail(name, "include", "includes nested more than 8 deep (a cycle?)");
-    std::istringstream in(text);
-    std::string line, section;
-    int n = 0;
-    while (std::getline(in, line)) {
-      ++n;
-      const std::string where = name + ":" + std::to_string(n);
-      if (auto h = line.find('#'); h != std::string::npos) line.erase(h);
-      line = trim(line);
-      if (line.empty()) continue;
-      if (line.front() == '[') {
-        if (line.back() != ']') fail(where, line, "a section header is [name]");
-        section = trim(line.substr(1, line.size() - 2));
-        if (section.rfind("class.", 0) == 0) {
-          set_class_seen(section.substr(6), where);
-        } else if (!kKeys.count(section) && section != "sweep") {
-          fail(where, "[" + section + "]", "unknown section (known: run, algorithm, workload, gossip, network, compute, class.NAME, churn, output, sweep)");
-        }
-        continue;
-      }
-      const auto eq = line.find('=');
-      if (eq == std::string::npos) fail(where, line, "expected `key = value`");
-      const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-      if (key.empty()) fail(where, line, "missing key before '='");
-      if (section.empty()) {
-        if (key != "include") fail(where, key, "keys before the first [section] must be `include = FILE`");
-        const std::string path = value.size() && value[0] == '/' ? value : base_dir + "/" + value;
-        std::ifstream f(path);
-        if (!f) fail(where, "include", "cannot read '" + path + "'");
-        std::stringstream ss;
-        ss << f.rdbuf();
-        const auto slash = path.find_last_of('/');
-        parse_text(ss.str(), path, slash == std::string::npos ? "." : path.substr(0, slash), depth + 1);
-        continue;
-      }
-      set(section, key, value, where);
-    }
-  }
-
-  void set_class_seen(const std::string& name, const std::string& where) {
-    if (name.empty() || name.find_first_of(" .,|") != std::string::npos)
-      fail(where, "[class." + name + "]", "a class name is one word without '.', ',' or '|'");
-    if (name == "all" || name == "rest" || name == "random" || (name.size() > 1 && name[0] == 'p' && std::isdigit(static_cast<unsigned char>(name[1]))))
-      fail(where, "[class." + name + "]", "this name is reserved for peer sets");
-    if (std::find(class_order.begin(), class_order.end(), name) == class_order.end()) class_order.push_back(name);
-  }
-
-  void apply_override(const std::string& o, int index) {
-    const std::string where = "--set #" + std::to_string(index + 1) + " (" + o + ")";
-    const auto eq = o.find('=');
-    if (eq == std::string::npos) fail(where, o, "expected section.key=value");
-    const std::string path = trim(o.substr(0, eq)), value = trim(o.substr(eq + 1));
-    const auto dot = path.find_last_of('.');
-    if (dot == std::string::npos || dot == 0) fail(where, path, "expected section.key (for example network.latency)");
-    if (path.rfind("sweep.", 0) == 0 && path.size() > 6) {  // sweep.peers, sweep.gossip.topology
-      set("sweep", path.substr(6), value, where);
-      return;
-    }
-    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
-    if (section.rfind("class.", 0) == 0) set_class_seen(section.substr(6), where);
-    set(section, key, value, where);
-  }
-
-  const RawValue* last(const std::string& key) const {
-    auto it = entries.find(key);
-    return it == entries.end() || it->second.empty() ? nullptr : &it->second.back();
-  }
-  std::vector<RawValue> all(const std::string& key) const {
-    auto it = entries.find(key);
-    return it == entries.end() ? std::vector<RawValue>{} : it->second;
-  }
-
- private:
-  static std::string listing(const std::set<std::string>& keys) {
-    std::string s = " (known here:";
-    for (const auto& k : keys) s += " " + k;
-    return s + ")";
-  }
-};
-
-double to_number(const std::string& v, const std::string& where, const std::string& key, std::string* unit) {
-  double x = 0;
-  const char* b = v.data();
-  const char* e = v.data() + v.size();
-  auto [p, ec] = std::from_chars(b, e, x);
-  if (ec != std::errc() || !std::isfinite(x)) fail(where, key, "expected a number, got '" + v + "'");
-  std::string rest = trim(std::string(p, e));
-  if (unit) *unit = rest;
-  else if (!rest.empty()) fail(where, key, "expected a plain number, got '" + v + "'");
-  return x;
-}
-
-}  // namespace
-
-double parse_duration(const std::string& v, const std::string& where, const std::string& key) {
-  std::string u;
-  double x = to_number(v, where, key, &u);
-  if (u.empty() || u == "s") {
-  } else if (u == "ms") {
-    x *= 1e-3;
-  } else if (u == "us") {
-    x *= 1e-6;
-  } else if (u == "min") {
-    x *= 60;
-  } else if (u == "h") {
-    x *= 3600;
-  } else {
-    fail(where, key, "unknown time unit '" + u + "' (use s, ms, us, min or h)");
-  }
-  if (x < 0) fail(where, key, "a duration cannot be negative, got '" + v + "'");
-  return x;
-}
-
-double parse_bandwidth(const std::string& v, const std::string& where, const std::string& key) {
-  std::string u;
-  double x = to_number(v, where, key, &u);
-  if (!u.empty() && u.back() == 's' && u.size() > 1 && u[u.size() - 2] == '/') u.resize(u.size() - 2);  // "MB/s"
-  if (u.size() >= 3 && u.substr(u.size() - 3) == "bps") u = u.substr(0, u.size() - 3) + "bit";
-  static const std::map<std::string, double> f = {
-      {"", 1},        {"B", 1},         {"KB", 1e3},       {"MB", 1e6},      {"GB", 1e9},
-      {"bit", 0.125}, {"Kbit", 125},    {"Mbit", 1.25e5},  {"Gbit", 1.25e8}, {"kbit", 125},
-      {"KiB", 1024},  {"MiB", 1048576}, {"GiB", 1073741824.0}};
-  auto it = f.find(u);
-  if (it == f.end()) fail(where, key, "unknown bandwidth unit '" + u + "' (bytes/s, or B, KB, MB, GB, Kbit, Mbit, Gbit)");
-  x *= it->second;
-  if (!(x > 0)) fail(where, key, "a bandwidth must be > 0, got '" + v + "'");
-  return x;
-}
+}  // namespace ini
 
 namespace {
+
+using ini::convert;
+using ini::fail;
+using ini::kClassKeys;
+using ini::kKeys;
+using ini::kListKeys;
+using ini::Raw;
+using ini::RawValue;
+using ini::to_number;
+using ini::trim;
+using ini::words;
 
 // The typed pass.
 class Builder {
@@ -289,7 +113,7 @@ class Builder {
     resolve_sets(s);
     output(s);
     check_algorithm(s);
-    sweep(s);
+    read_sweep(r_, s);
     return s;
   }
 
@@ -310,32 +134,6 @@ class Builder {
     if (!v) return false;
     convert(v->value, v->where, key, out);
     return true;
-  }
-  static void convert(const std::string& v, const std::string& where, const std::string& key, double& out) {
-    out = to_number(v, where, key, nullptr);
-  }
-  static void convert(const std::string& v, const std::string& where, const std::string& key, std::string& out) {
-    if (v.empty()) fail(where, key, "empty value");
-    out = v;
-  }
-  static void convert(const std::string& v, const std::string& where, const std::string& key, bool& out) {
-    if (v == "on" || v == "true" || v == "yes" || v == "1") out = true;
-    else if (v == "off" || v == "false" || v == "no" || v == "0") out = false;
-    else fail(where, key, "expected on or off, got '" + v + "'");
-  }
-  template <class I>
-    requires std::is_integral_v<I>
-  static void convert(const std::string& v, const std::string& where, const std::string& key, I& out) {
-    long long x = 0;
-    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || p != v.data() + v.size()) {
-      // Allow 1e3-style integers.
-      const double d = to_number(v, where, key, nullptr);
-      if (d != std::floor(d) || std::fabs(d) > 9e15) fail(where, key, "expected an integer, got '" + v + "'");
-      x = static_cast<long long>(d);
-    }
-    if (x < 0) fail(where, key, "expected a non-negative integer, got '" + v + "'");
-    out = static_cast<I>(x);
   }
   bool dur(const std::string& key, double& out) {
     const RawValue* v = r_.last(key);
@@ -449,79 +247,6 @@ class Builder {
     }
     if (s.algorithm == Algorithm::PsSsp && !std::isfinite(s.ps_staleness))
       fail(where_of("algorithm.staleness"), "algorithm.staleness", "ps_ssp needs a finite bound (ps_async is s = inf)");
-  }
-
-  // [sweep]: axes `KEY = V1,V2,...` (KEY a full section.key or a shorthand), `target`, `parallel`.
-  void sweep(Scenario& s) {
-    static const std::map<std::string, std::string> shorthand = {
-        {"algorithm", "algorithm.kind"}, {"topology", "gossip.topology"}, {"peers", "run.peers"},
-        {"seed", "run.seed"},            {"seeds", "run.seed"},           {"H", "gossip.local_steps"},
-        {"local_steps", "gossip.local_steps"}, {"partition", "workload.partition"},
-        {"bandwidth", "network.bandwidth"}, {"latency", "network.latency"}, {"weights", "algorithm.weights"},
-        {"combine", "algorithm.combine"}};
-    if (const RawValue* v = r_.last("sweep.target")) {
-      s.sweep_target = to_number(v->value, v->where, "sweep.target", nullptr);
-      if (!(s.sweep_target > 0 && s.sweep_target <= 1)) fail(v->where, "sweep.target", "a test accuracy in (0, 1]");
-    }
-    if (const RawValue* v = r_.last("sweep.parallel")) {
-      convert(v->value, v->where, "sweep.parallel", s.sweep_parallel);
-      if (s.sweep_parallel < 1 || s.sweep_parallel > 64) fail(v->where, "sweep.parallel", "1 to 64 runs at once");
-    }
-    const auto resolve_key = [&](const std::string& label, const std::string& where, const std::string& ctx) {
-      auto it = shorthand.find(label);
-      const std::string key = it != shorthand.end() ? it->second : label;
-      const auto dot = key.find_last_of('.');
-      bool known = false;
-      if (dot != std::string::npos && dot > 0) {
-        const std::string sec = key.substr(0, dot), k = key.substr(dot + 1);
-        if (sec.rfind("class.", 0) == 0) {
-          known = kClassKeys.count(k) > 0;
-        } else if (auto ks = kKeys.find(sec); ks != kKeys.end()) {
-          known = ks->second.count(k) > 0 && !kListKeys.count(key);
-        }
-      }
-      if (!known)
-        fail(where, ctx,
-             "'" + label + "' is not a scenario key: give section.key (for example network.latency) or one of algorithm, "
-             "topology, peers, seeds, H, partition, bandwidth, latency, weights, combine");
-      return key;
-    };
-    for (const std::string& label : r_.sweep_order) {
-      const RawValue* v = r_.last("sweep." + label);
-      SweepAxis a;
-      a.label = label;
-      a.where = v->where;
-      a.key = resolve_key(label, v->where, "sweep." + label);
-      for (const auto& axis : s.sweep)
-        if (axis.key == a.key) fail(v->where, "sweep." + label, "the same key as sweep." + axis.label);
-      std::size_t start = 0;
-      while (start <= v->value.size()) {
-        const auto comma = v->value.find(',', start);
-        const std::string item = trim(v->value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        start = comma == std::string::npos ? v->value.size() + 1 : comma + 1;
-        if (item.empty()) fail(v->where, "sweep." + label, "empty value in '" + v->value + "'");
-        // VALUE[+KEY=V...]: a variant carries further assignments.
-        std::vector<std::pair<std::string, std::string>> as;
-        std::size_t p0 = 0;
-        while (p0 <= item.size()) {
-          const auto plus = item.find('+', p0);
-          const std::string part = trim(item.substr(p0, plus == std::string::npos ? std::string::npos : plus - p0));
-          p0 = plus == std::string::npos ? item.size() + 1 : plus + 1;
-          if (part.empty()) fail(v->where, "sweep." + label, "empty part in '" + item + "'");
-          if (as.empty()) {
-            as.emplace_back(a.key, part);
-            continue;
-          }
-          const auto eq = part.find('=');
-          if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
-            fail(v->where, "sweep." + label, "expected VALUE+KEY=V in '" + item + "'");
-          as.emplace_back(resolve_key(trim(part.substr(0, eq)), v->where, "sweep." + label), trim(part.substr(eq + 1)));
-        }
-        a.values.push_back(item);
-        a.assignments.push_back(std::move(as));
-      }
-      s.sweep.push_back(std::move(a));
-    }
   }
 
   void workload(Scenario& s) {
@@ -888,7 +613,7 @@ class Builder {
         fail(where_of(rate_keys[k]), rate_keys[k], "a Poisson rate needs a window: set run.duration or churn.until after churn.from");
       if (rates[k] * (until - from) > 1e6) fail(where_of(rate_keys[k]), rate_keys[k], "more than a million churn events");
       Rng r = rng.fork(static_cast<std::uint64_t>(k));
-      for (double t = from + r.exponential(rates[k]); t < until; t += r.exponential(rates[k])) {
+      for (const double t : poisson_times(r, rates[k], from, until)) {
         if (k == 2) {
           joins.push_back({t, -1, 1, join_class, where_of(rate_keys[k])});
         } else {

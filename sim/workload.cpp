@@ -7,7 +7,8 @@
 
 #include "core/check.hpp"
 #include "core/trainer.hpp"
-#include "files/data_files.hpp"
+#include "data/files.hpp"
+#include "data/partition.hpp"
 #include "sim/streams.hpp"
 
 namespace rumor::sim {

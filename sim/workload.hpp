@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
+#include "data/dataset.hpp"
 #include "sim/scenario.hpp"
 
 namespace rumor::sim {

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/dataset.hpp"
 #include "core/mix.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
+#include "data/synthetic.hpp"
 
 using namespace rumor;
 

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"
+#include "data/dataset.hpp"
 
 using namespace rumor;
 

@@ -1,6 +1,6 @@
-// Tests for core/dataset: IDX and gzip decoding on good bytes and on every kind of corruption,
-// image data sets, synthetic tasks, shard partitions (coverage, balance, label skew,
-// determinism), spec parsing, the batch order and batch gathering.
+// Tests for data/ (kept in test_core, which the sanitizer stage runs): IDX and gzip decoding on
+// good bytes and on every kind of corruption, image data sets, synthetic tasks, shard partitions
+// (coverage, balance, label skew, determinism), spec parsing, the batch order and batch gathering.
 //
 // IDX and gzip inputs are built here in memory (zlib's deflate with a gzip header), so the tests
 // need no files; the one test that reads the real Fashion-MNIST skips itself when it is absent.
@@ -18,7 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "core/dataset.hpp"
+#include "data/batch_order.hpp"
+#include "data/dataset.hpp"
+#include "data/gzip.hpp"
+#include "data/idx.hpp"
+#include "data/partition.hpp"
+#include "data/synthetic.hpp"
 
 using namespace rumor;
 

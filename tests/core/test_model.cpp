@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"
+#include "data/synthetic.hpp"
 
 using namespace rumor;
 

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/dataset.hpp"
 #include "core/mix.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
+#include "data/synthetic.hpp"
 #include "gpu/cuda_backend.hpp"
 
 using namespace rumor;

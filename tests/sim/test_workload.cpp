@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "core/trainer.hpp"
-#include "files/data_files.hpp"
+#include "data/files.hpp"
+#include "data/partition.hpp"
 #include "sim/scenario.hpp"
 #include "sim/workload.hpp"
 

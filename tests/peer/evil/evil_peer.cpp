@@ -24,9 +24,9 @@
 #include "core/env.hpp"
 #include "core/gossip.hpp"
 #include "core/model.hpp"
+#include "data/files.hpp"
 #include "net/auth.hpp"
 #include "net/transport.hpp"
-#include "files/data_files.hpp"
 #include "peer/inbox.hpp"
 
 using namespace rumor;

@@ -1,6 +1,8 @@
 // `rumor-sim --calibrate`: measures this machine so that a scenario can predict a real
-// rumor-peer run on it (docs/sim.md, "Calibration"). Part of the rumor-sim executable only:
-// it forks processes and opens sockets, which the simulator library never does.
+// rumor-peer run on it (docs/sim.md, "Calibration"). Tooling, not the simulator: it forks
+// processes, opens sockets and reads the wall clock, so it lives in tools/ (library
+// rumor_calibrate, linked by the rumor-sim executable only), outside the deterministic
+// simulator's folder sim/, whose library never does any of that.
 //
 // What it measures, each under the conditions of the quickstart (examples/quickstart.sh:
 // `--procs` peers sharing this machine's cores):

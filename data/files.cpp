@@ -1,8 +1,13 @@
-#include "files/data_files.hpp"
+// Reading data files (see files.hpp): IDX directories from disk, or the synthetic task.
+#include "data/files.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "data/gzip.hpp"
+#include "data/idx.hpp"
+#include "data/synthetic.hpp"
 
 namespace rumor {
 
@@ -48,8 +53,6 @@ Task load_idx_directory(const std::string& dir) {
                     std::to_string(t.test.dim));
   return t;
 }
-
-Task synthetic_task() { return gaussian_mixture_task(16000, 4000, 64, 10, 3.0, 20261201); }
 
 Task load_task(const std::string& spec) {
   if (spec == "synthetic") return synthetic_task();

@@ -1,7 +1,7 @@
 // `rumor-sim --calibrate` (see calibrate.hpp): child processes for the contended timings,
 // plain POSIX sockets for loopback TCP. Wall-clock time is the point here, and none of it
 // reaches a simulation's outputs except through the fragment the user chooses to include.
-#include "sim/calibrate.hpp"
+#include "tools/calibrate.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,8 +25,9 @@
 #include "core/model.hpp"
 #include "core/protocol_messages.hpp"
 #include "core/trainer.hpp"
+#include "data/files.hpp"
+#include "data/partition.hpp"
 #include "net/frame.hpp"
-#include "files/data_files.hpp"
 
 namespace rumor::sim {
 

@@ -1,8 +1,10 @@
-// Loading data sets from disk: the one place that reads data files, so core/ stays pure.
+// Loading data sets from disk: the one place in Rumor that reads data files (data/ and core/
+// stay free of I/O otherwise; .ci/check-core-purity exempts only files.cpp). Decoding is not
+// here: bytes go to gzip.hpp and idx.hpp.
 #pragma once
 #include <string>
 
-#include "core/dataset.hpp"
+#include "data/dataset.hpp"
 
 namespace rumor {
 
@@ -12,11 +14,7 @@ namespace rumor {
 // corrupt or truncated file is named with the reason.
 Task load_idx_directory(const std::string& dir);
 
-// "synthetic": a 10-class Gaussian mixture in 64 dimensions (16,000 train / 4,000 test rows),
-// hard enough that training matters; the same for every peer of a swarm.
-Task synthetic_task();
-
-// `spec` is a directory or "synthetic".
+// `spec` is a directory or "synthetic" (synthetic_task(), synthetic.hpp).
 Task load_task(const std::string& spec);
 
 }  // namespace rumor
