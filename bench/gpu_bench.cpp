@@ -16,7 +16,7 @@
 //
 // Results are medians over --reps repetitions; lines starting with a key and a number, e.g.
 //   gpu_samples_per_s b=64 123456
-// bench/gpu_check.sh runs this on a GPU machine; bench/README.md ("GPU") records the output.
+// bench/gpu_check.sh runs this on a GPU machine; bench/HISTORY.md ("GPU peers") records the output.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
