@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Convolutional-model benchmark of Rumor: see bench/README.md, "Convolutional models".
+# Convolutional-model benchmark of Rumor: see bench/HISTORY.md, "Convolutional models" (current figures: bench/README.md).
 #
 #   bench/cnn_bench.sh [--build DIR] [--no-build] [--model SPEC] [--rounds N] [--reps N]
 #                      [--steps N] [--data DIR] [--openblas auto|off|DIR] [--fetch-openblas]

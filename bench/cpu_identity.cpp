@@ -4,9 +4,12 @@
 // raw bytes, through the public API that existed before and after core/backend.hpp, so that
 // bench/cpu_identity.sh can link it against two builds of rumor_core and compare the bytes.
 // Not a CMake target: the script compiles it against each build.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
@@ -17,7 +20,17 @@ using namespace rumor;
 static void put(FILE* f, const std::vector<float>& v) { fwrite(v.data(), 4, v.size(), f); }
 static void put(FILE* f, std::span<const float> v) { fwrite(v.data(), 4, v.size(), f); }
 int main(int argc, char** argv) {
-  FILE* f = fopen(argv[1], "wb");
+  std::string out;
+  CLI::App app{"Writes model gradients, optimizer steps and Trainer runs as raw bytes to OUT, for bench/cpu_identity.sh "
+               "to compare two builds of rumor_core.",
+               "cpu_identity"};
+  app.add_option("OUT", out, "the file to write (truncated)")->required();
+  CLI11_PARSE(app, argc, argv);
+  FILE* f = fopen(out.c_str(), "wb");
+  if (!f) {
+    std::perror(out.c_str());
+    return 1;
+  }
   for (const char* spec : {"mlp:256,128", "logreg", "linreg"}) {
     auto m = make_model(spec, 784, 10);
     Rng rng(3);

@@ -1,16 +1,21 @@
 // Exchange throughput of two Rumor peers on loopback, against a plain TCP copy of the same bytes.
 //
-// rumor:    two rumor::Gossip instances (core/gossip.hpp), each with its own
-//           rumor::net::Transport on 127.0.0.1 and its own "compute" thread that drains a
-//           mutex + condvar queue (like peer/inbox.hpp) into the Gossip, so the protocol runs
-//           exactly as in the daemon: the transport's callbacks and timers only queue work.
-//           Parameters are --params floats (default 25,000,000 = 100 MB), codec none. Peer A
-//           starts one push-pull exchange with B at a time (max_in_flight 1), in the streamed
-//           form (core/gossip.hpp): request header, then x_s; B replies with y_s as soon as it
-//           has the header, mixes x_s when it has arrived and sends ExchangeAccept; A mixes on
-//           reply + accept. 100 MB go each way (plus two small header-only frames, which the
-//           byte count below leaves out), and the time is from A's on_step_done until both
-//           compute threads are idle again.
+// rumor:    two peers, each a rumor::peer::Runtime (peer/runtime.hpp: the transport on
+//           127.0.0.1 with its I/O thread, the inbox, the real-time Env, the PeerLoop and its
+//           Gossip), exactly the runtime rumor-peer and the Python module drive. Each has a
+//           compute thread that drives it (Runtime::drain / wait): B's is a thread of its own
+//           that only waits and drains; A's is the main thread, which between two exchanges
+//           also runs the baseline's client side (so no cross-thread wake-up sits inside a timed
+//           exchange). The bench calls the Runtime's gossip() directly: A starts each exchange
+//           with Gossip::on_step_done, as a training step would, and no PeerLoop::next() runs.
+//           Parameters are --params floats (default 25,000,000 = 100 MB) in a flat buffer (the
+//           LoopModel below), codec none. Peer A starts one push-pull exchange with B at a time
+//           (max_in_flight 1), in the streamed form (core/gossip.hpp): request header, then x_s;
+//           B replies with y_s as soon as it has the header, mixes x_s when it has arrived and
+//           sends ExchangeAccept; A mixes on reply + accept. 100 MB go each way (plus two small
+//           header-only frames, which the byte count below leaves out), and the time is from
+//           A's on_step_done until both compute threads have finished with the exchange (A's
+//           drain that mixed returned, and B's drain that mixed returned).
 // baseline: a plain TCP copy with POSIX sockets on loopback (TCP_NODELAY, like the transport,
 //           default buffer sizes): one thread write()s the same number of bytes, another
 //           read()s them into a preallocated buffer and write()s as many back, which the first
@@ -23,9 +28,11 @@
 // per-repetition ratios.
 //
 // Then (unless --no-breakdown) where an exchange's time goes: a timeline of every timed
-// exchange, stamped from the Env and the transport callbacks (see `Mark`), and the single-thread
-// cost of each pass over the parameters that an exchange makes (snapshot copy, payload hash,
-// finiteness check, distance, mix), timed on their own.
+// exchange, stamped on the two compute threads (see `Mark`: the Runtime keeps its Env and its
+// transport callbacks to itself, so the instants inside the transport and the protocol's sends
+// are not seen; drains that sent or mixed are), and the single-thread cost of each pass over
+// the parameters that an exchange makes (snapshot copy, payload hash, finiteness check,
+// distance, mix), timed on their own.
 //
 // Machine-readable result lines start with a key and a number, e.g.
 //   rumor_gb_per_s 1.234
@@ -40,6 +47,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -52,22 +61,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
+#include <fstream>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/env.hpp"
+#include "bench/flags.hpp"
 #include "core/gossip.hpp"
 #include "core/hash.hpp"
+#include "core/loop_model.hpp"
 #include "core/mix.hpp"
 #include "core/protocol_messages.hpp"
 #include "net/frame.hpp"
-#include "net/transport.hpp"
+#include "peer/metrics.hpp"
+#include "peer/runtime.hpp"
 
 namespace {
 
@@ -82,15 +91,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void progress(const char* fmt, auto... args) {
-  std::printf(fmt, args...);
-  std::printf("\n");
+template <class... T>
+void progress(fmt::format_string<T...> f, T&&... args) {
+  fmt::print("{}\n", fmt::format(f, std::forward<T>(args)...));
   std::fflush(stdout);
 }
 
 [[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "bench_exchange_throughput: %s\n", why.c_str());
   std::fflush(stdout);
+  fmt::print(stderr, "bench_exchange_throughput: {}\n", why);
   std::_Exit(1);
 }
 
@@ -107,87 +116,16 @@ struct Args {
   double chunk_mib = 4;   // GossipConfig::exchange_chunk_bytes in MiB; 0: one message per snapshot
 };
 
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--params N] [--reps N] [--exchanges N] [--warmup N] [--timeout S] [--no-breakdown] [--one-shot] [--chunk-mib X]\n"
-      "  --params N      floats per model (default 25000000 = 100 MB)\n"
-      "  --reps N        repetitions (default 5); each is --exchanges round trips of each side\n"
-      "  --exchanges N   round trips per side per repetition (default 3), interleaved\n"
-      "  --warmup N      untimed exchanges and baseline round trips first (default 2)\n"
-      "  --timeout S     give up if one round trip takes longer (default 60)\n"
-      "  --no-breakdown  skip the timeline and the single-pass costs\n"
-      "  --one-shot      exchanges in the one-shot form (request carries x_s; GossipConfig::stream_exchanges = false)\n"
-      "  --chunk-mib X   snapshots travel in chunks of X MiB, each sent as soon as it is copied (default 4, the\n"
-      "                  protocol's GossipConfig::exchange_chunk_bytes; at least 0.25); 0: each in one message\n",
-      argv0);
-}
-
-Args parse_args(int argc, char** argv) {
-  Args a;
-  auto need = [&](int& i) -> const char* {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
-      std::exit(2);
-    }
-    return argv[++i];
-  };
-  auto positive = [&](const char* flag, const char* v, bool allow_zero = false) {
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    if (!end || *end || x < (allow_zero ? 0 : 1)) {
-      std::fprintf(stderr, "%s: %s needs a %s integer, got '%s'\n", argv[0], flag,
-                   allow_zero ? "non-negative" : "positive", v);
-      std::exit(2);
-    }
-    return x;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--params") a.params = static_cast<std::size_t>(positive("--params", need(i)));
-    else if (f == "--reps") a.reps = static_cast<int>(positive("--reps", need(i)));
-    else if (f == "--exchanges") a.exchanges = static_cast<int>(positive("--exchanges", need(i)));
-    else if (f == "--warmup") a.warmup = static_cast<int>(positive("--warmup", need(i), true));
-    else if (f == "--timeout") a.timeout_s = static_cast<double>(positive("--timeout", need(i)));
-    else if (f == "--no-breakdown") a.breakdown = false;
-    else if (f == "--one-shot") a.one_shot = true;
-    else if (f == "--chunk-mib") {
-      const char* v = need(i);
-      char* end = nullptr;
-      a.chunk_mib = std::strtod(v, &end);
-      if (!end || *end || !(a.chunk_mib == 0 || a.chunk_mib >= 0.25) || !std::isfinite(a.chunk_mib)) {
-        std::fprintf(stderr, "%s: --chunk-mib needs 0 or a size of at least 0.25 (MiB), got '%s'\n", argv[0], v);
-        std::exit(2);
-      }
-    }
-    else if (f == "-h" || f == "--help") {
-      usage(argv[0]);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "%s: unknown flag '%s' (--help lists them)\n", argv[0], argv[i]);
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
 // ---- the timeline of one exchange ----
 
-// Instants of one exchange, in seconds since the program started (one steady clock, all threads).
+// Instants of one exchange, in seconds since the program started (one steady clock, all
+// threads), as the two compute threads see them.
 enum Mark : int {
-  kAStart,         // A's thread: before on_step_done (which sends the request, then x_s)
-  kAHeaderSent,    // A: Env::send(ExchangeRequest) returned (the header, no payload)
-  kAPayloadSend,   // A: Env::send(ExchangePayload) entered (x_s's first chunk copied and hashed)
-  kAPayloadSent,   // A: Transport::send(ExchangePayload) returned (x_s's last chunk)
-  kBHeaderRecv,    // B's I/O thread: the request header received (on_message)
-  kBReplySend,     // B: Env::send(ExchangeReply) entered (header checked, y_s's first chunk copied and hashed)
-  kBPayloadRecv,   // B's I/O thread: the whole of x_s (its last chunk) received and checksummed
-  kBPayloadHandle, // B's thread: Gossip::on_message(ExchangePayload) called (the last chunk)
-  kBAcceptSend,    // B: Env::send(ExchangeAccept) entered (x_s checked; B mixes after sending it)
-  kBDone,          // B: ExchangeDone event (x_s mixed, with the distance)
-  kAReplyRecv,     // A's I/O thread: the whole reply received and checksummed
-  kAAcceptRecv,    // A's I/O thread: B's ExchangeAccept received
-  kADone,          // A: ExchangeDone event (y_s checked, distance, mixed)
-  kALastIn,        // (derived) the later of kAReplyRecv and kAAcceptRecv: A may mix from here
+  kAStart,      // A's thread: before on_step_done (which sends the request and x_s)
+  kASent,       // A: on_step_done returned (the header and all of x_s copied, hashed, handed to the transport)
+  kBReplySent,  // B's thread: the drain in which B sent y_s returned (its payloads_sent grew)
+  kBDone,       // B: the drain in which B mixed x_s returned (its `answered` grew)
+  kADone,       // A: the drain in which A mixed y_s returned (its `exchanges` grew)
   kMarks
 };
 
@@ -199,12 +137,6 @@ struct Timeline {
     std::lock_guard lk(mu);
     t[m] = v;
   }
-  // For a snapshot sent in chunks: the first chunk's instant (mark() keeps the last).
-  void mark_first(Mark m) {
-    const double v = now_s();
-    std::lock_guard lk(mu);
-    if (std::isnan(t[m])) t[m] = v;
-  }
   std::array<double, kMarks> get() {
     std::lock_guard lk(mu);
     return t;
@@ -215,232 +147,118 @@ struct Timeline {
   }
 };
 
-// ---- one peer: transport, queue, Env, Gossip, compute thread ----
+// ---- one peer: a Runtime around a flat parameter buffer ----
 
-struct Item {
-  enum class Kind { Message, SendFailed, Rejected, Timer, Step, Sync } kind;
-  rumor::PeerId peer;
-  rumor::Message msg;
-  std::string reason;
-  std::uint64_t timer = 0;
-};
-
-class Queue {
+// The model a Runtime needs: only the flat parameters Gossip mixes into; the bench's A tells
+// Gossip its clock itself (on_step_done), and nothing trains.
+class FlatModel final : public rumor::LoopModel {
  public:
-  void push(Item it) {
-    {
-      std::lock_guard lk(mu_);
-      q_.push_back(std::move(it));
-    }
-    cv_.notify_one();
-  }
-  std::deque<Item> wait_take(std::chrono::milliseconds timeout) {
-    std::unique_lock lk(mu_);
-    cv_.wait_for(lk, timeout, [&] { return !q_.empty(); });
-    std::deque<Item> out;
-    out.swap(q_);
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> q_;
-};
-
-struct Shared {
-  Timeline tl;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::uint64_t done = 0;  // A's completed exchanges
-  std::uint64_t synced[2] = {0, 0};  // Sync items handled by A, B
-  bool joined = false;
-  std::string failure;     // the first ExchangeFailed / Rejected, if any
-  void signal(const std::function<void()>& f) {
-    {
-      std::lock_guard lk(mu);
-      f();
-    }
-    cv.notify_all();
-  }
-};
-
-
-class Peer;
-
-class BenchEnv final : public rumor::Env {
- public:
-  BenchEnv(Peer& p, std::uint64_t seed) : p_(p), rng_(seed) {}
-  double now() const override { return now_s(); }
-  void send(const rumor::PeerId& to, rumor::Message msg) override;
-  void set_timer(double delay_s, std::uint64_t id) override;
-  void disconnect(const rumor::PeerId& peer) override;
-  rumor::Rng& rng() override { return rng_; }
-  void event(const rumor::ProtocolEvent& e) override;
-
- private:
-  Peer& p_;
-  rumor::Rng rng_;
-};
-
-class Peer {
- public:
-  Peer(bool initiator, std::size_t n, float base, Shared& sh, const std::string& fingerprint, bool stream, double chunk_mib)
-      : initiator_(initiator), sh_(sh), params_(n), env_(*this, initiator ? 11 : 22) {
+  FlatModel(std::size_t n, float base) : params_(n) {
     for (std::size_t i = 0; i < n; ++i) params_[i] = base + 1e-3f * static_cast<float>(i % 1000);
-    rumor::net::TransportConfig cfg;
-    cfg.listen_host = "127.0.0.1";
-    cfg.listen_port = 0;
-    cfg.fingerprint = fingerprint;
-    cfg.max_payload_bytes = n * sizeof(float) + (1u << 20);  // as the daemon sets it
-    rumor::net::TransportEvents ev;
-    ev.on_message = [this](const rumor::PeerId& from, rumor::Message&& m) {
-      using T = rumor::MsgType;
-      if (m.type == T::ExchangeRequest) sh_.tl.mark(kBHeaderRecv);
-      if (m.type == T::ExchangePayload) sh_.tl.mark(kBPayloadRecv);
-      if (m.type == T::ExchangeReply) sh_.tl.mark(kAReplyRecv);
-      if (m.type == T::ExchangeAccept) sh_.tl.mark(kAAcceptRecv);
-      q_.push({Item::Kind::Message, from, std::move(m), {}, 0});
-    };
-    ev.on_send_failed = [this](const rumor::PeerId& p, const std::string& why) {
-      q_.push({Item::Kind::SendFailed, p, {}, why, 0});
-    };
-    ev.on_rejected = [this](const rumor::PeerId& p, const std::string& why) {
-      q_.push({Item::Kind::Rejected, p, {}, why, 0});
-    };
-    auto log = std::make_shared<spdlog::logger>(initiator ? "A" : "B", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    log->set_level(spdlog::level::warn);
-    transport_ = std::make_unique<rumor::net::Transport>(cfg, ev, log);
-    transport_->start();
-    rumor::GossipConfig gc;
-    gc.local_steps = 1;
-    gc.max_in_flight = 1;  // one exchange at a time: a clean round trip to time
-    gc.stream_exchanges = stream;
-    gc.exchange_chunk_bytes = chunk_mib > 0 ? static_cast<std::size_t>(chunk_mib * (1 << 20)) : SIZE_MAX;
-    gc.codec = rumor::PayloadCodec::None;
-    gc.exchange_timeout_s = 120;
-    gossip_ = std::make_unique<rumor::Gossip>(env_, gc, rumor::MemberDigest{transport_->local_id(), 1, rumor::MemberState::Alive, 0},
-                                              fingerprint, std::span<float>(params_));
   }
-  ~Peer() { stop(); }
+  std::span<float> params() override { return params_; }
+  std::uint64_t steps() const override { return 0; }
+  std::uint64_t samples() const override { return 0; }
+  double epochs_done() const override { return 0; }
+  void adopt_step(std::uint64_t) override {}
 
-  rumor::PeerId id() const { return transport_->local_id(); }
-  void start(std::vector<rumor::PeerId> seeds) {
-    q_.push({Item::Kind::Step, {}, {}, "start", 0});  // first item: start the Gossip on its thread
-    seeds_ = std::move(seeds);
+ private:
+  std::vector<float> params_;
+};
+
+// CPU seconds a thread has used so far (a compute thread runs the protocol only: snapshots,
+// checks, mixes, the small messages).
+double cpu_s_of(pthread_t thread) {
+  clockid_t id;
+  timespec ts{};
+  if (pthread_getcpuclockid(thread, &id) != 0 || clock_gettime(id, &ts) != 0) return NAN;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Peer {
+  Peer(const char* name, std::size_t n, float base, const std::string& fingerprint, const rumor::LoopSettings& settings)
+      : model(n, base), rt(options(n, fingerprint), settings, model, metrics, logger(name)) {}
+  static rumor::peer::RuntimeOptions options(std::size_t n, const std::string& fingerprint) {
+    rumor::peer::RuntimeOptions o;
+    o.listen = "127.0.0.1:0";
+    o.fingerprint = fingerprint;
+    o.param_count = n;  // as the daemon sets it: bounds the payloads the transport accepts
+    return o;
+  }
+  static std::shared_ptr<spdlog::logger> logger(const char* name) {
+    auto log = std::make_shared<spdlog::logger>(name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    log->set_level(spdlog::level::warn);
+    return log;
+  }
+  // Refused input or given-up exchanges so far: either one means an exchange will not complete.
+  std::uint64_t trouble() {
+    const rumor::GossipStats& s = rt.gossip().stats();
+    return s.failed + s.declined + s.rejected + rt.transport_rejected();
+  }
+
+  FlatModel model;
+  rumor::peer::MetricsWriter metrics;  // no path: writes nothing
+  rumor::peer::Runtime rt;
+};
+
+// B's compute thread: waits on its inbox and drains, and after each drain publishes what the
+// timed exchanges need (counters only it may read) to the main thread.
+class Responder {
+ public:
+  Responder(Peer& b, Timeline& tl) : b_(b), tl_(tl) {
     thread_ = std::thread([this] { run(); });
   }
-  void step() { q_.push({Item::Kind::Step, {}, {}, {}, 0}); }
-  // Everything queued before this has been handled (and its buffers freed) once synced[] moves.
-  void sync() { q_.push({Item::Kind::Sync, {}, {}, {}, 0}); }
+  ~Responder() { stop(); }
   void stop() {
-    if (thread_.joinable()) {
-      stop_ = true;
-      q_.push({Item::Kind::Timer, {}, {}, {}, 0});
-      thread_.join();
-    }
-    if (transport_) transport_->stop();
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
   }
-  rumor::net::Transport& transport() { return *transport_; }
-  Queue& queue() { return q_; }
-  Shared& shared() { return sh_; }
-  bool initiator() const { return initiator_; }
-  const rumor::GossipStats& stats() const { return gossip_->stats(); }  // after stop()
-  // CPU seconds the compute thread has used so far (it runs the protocol only: snapshots,
-  // checks, mixes, the small messages).
-  double cpu_s() const {
-    clockid_t id;
-    timespec ts{};
-    if (!have_cpu_clock_ || pthread_getcpuclockid(cpu_clock_, &id) != 0 || clock_gettime(id, &ts) != 0) return NAN;
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  // Waits until B has completed `answered` exchanges (mixed x_s); false on timeout or trouble.
+  bool wait_answered(std::uint64_t answered, double timeout_s) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return answered_ >= answered || trouble_; }) &&
+           !trouble_;
   }
+  std::uint64_t answered() {
+    std::lock_guard lk(mu_);
+    return answered_;
+  }
+  bool trouble() {
+    std::lock_guard lk(mu_);
+    return trouble_;
+  }
+  double cpu_s() { return cpu_s_of(thread_.native_handle()); }
 
  private:
   void run() {
-    cpu_clock_ = pthread_self();
-    have_cpu_clock_ = true;
+    std::uint64_t sent = 0, trouble0 = b_.trouble();
     while (!stop_) {
-      for (Item& it : q_.wait_take(std::chrono::milliseconds(100))) {
-        if (stop_) break;
-        switch (it.kind) {
-          case Item::Kind::Message:
-            if (it.msg.type == rumor::MsgType::ExchangePayload) sh_.tl.mark(kBPayloadHandle);
-            gossip_->on_message(it.peer, it.msg);
-            break;
-          case Item::Kind::SendFailed: gossip_->on_send_failed(it.peer, it.reason); break;
-          case Item::Kind::Rejected:
-            sh_.signal([&] { sh_.failure = "transport rejected input from " + it.peer + ": " + it.reason; });
-            break;
-          case Item::Kind::Timer:
-            if (!stop_) gossip_->on_timer(it.timer);
-            break;
-          case Item::Kind::Sync: sh_.signal([&] { ++sh_.synced[initiator_ ? 0 : 1]; }); break;
-          case Item::Kind::Step:
-            if (it.reason == "start") {
-              gossip_->start(seeds_);
-            } else {
-              sh_.tl.mark(kAStart);
-              ++clock_;
-              gossip_->on_step_done(clock_, clock_ * 64);
-            }
-            break;
-        }
+      b_.rt.wait(b_.rt.now() + 1.0, &stop_);
+      const rumor::GossipStats& s = b_.rt.gossip().stats();
+      if (s.payloads_sent != sent) {
+        sent = s.payloads_sent;
+        tl_.mark(kBReplySent);
+      }
+      const bool bad = b_.trouble() != trouble0;
+      std::lock_guard lk(mu_);
+      if (s.answered != answered_) tl_.mark(kBDone);
+      if (s.answered != answered_ || bad != trouble_) {
+        answered_ = s.answered;
+        trouble_ = bad;
+        cv_.notify_all();
       }
     }
   }
 
-  bool initiator_;
-  Shared& sh_;
-  std::vector<float> params_;
-  BenchEnv env_;
-  std::unique_ptr<rumor::net::Transport> transport_;
-  std::unique_ptr<rumor::Gossip> gossip_;
-  Queue q_;
-  std::thread thread_;
+  Peer& b_;
+  Timeline& tl_;
   std::atomic<bool> stop_{false};
-  std::vector<rumor::PeerId> seeds_;
-  std::uint64_t clock_ = 0;
-  pthread_t cpu_clock_{};
-  std::atomic<bool> have_cpu_clock_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t answered_ = 0;
+  bool trouble_ = false;
+  std::thread thread_;
 };
-
-void BenchEnv::send(const rumor::PeerId& to, rumor::Message msg) {
-  using T = rumor::MsgType;
-  const T type = msg.type;
-  Timeline& tl = p_.shared().tl;
-  if (type == T::ExchangePayload) tl.mark_first(kAPayloadSend);
-  if (type == T::ExchangeReply) tl.mark_first(kBReplySend);
-  if (type == T::ExchangeAccept) tl.mark(kBAcceptSend);
-  p_.transport().send(to, std::move(msg));
-  if (type == T::ExchangeRequest) tl.mark(kAHeaderSent);
-  if (type == T::ExchangePayload) tl.mark(kAPayloadSent);
-}
-
-void BenchEnv::set_timer(double delay_s, std::uint64_t id) {
-  Queue* q = &p_.queue();
-  p_.transport().post_after(delay_s, [q, id] { q->push({Item::Kind::Timer, {}, {}, {}, id}); });
-}
-
-void BenchEnv::disconnect(const rumor::PeerId& peer) { p_.transport().disconnect(peer); }
-
-void BenchEnv::event(const rumor::ProtocolEvent& e) {
-  using K = rumor::ProtocolEvent::Kind;
-  Shared& sh = p_.shared();
-  switch (e.kind) {
-    case K::ExchangeDone:
-      sh.tl.mark(p_.initiator() ? kADone : kBDone);
-      if (p_.initiator()) sh.signal([&] { ++sh.done; });
-      break;
-    case K::Joined: sh.signal([&] { sh.joined = true; }); break;
-    case K::ExchangeFailed:
-    case K::Rejected:
-      sh.signal([&] {
-        if (sh.failure.empty()) sh.failure = std::string(rumor::event_kind_name(e.kind)) + " " + e.peer + ": " + e.reason;
-      });
-      break;
-    default: break;
-  }
-}
 
 // ---- the plain TCP baseline ----
 
@@ -630,10 +448,46 @@ double alt_fused_check_distance_mix(std::span<float> x, std::span<const float> m
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"Exchange throughput of two Rumor peers (peer::Runtime) on loopback, against a plain TCP copy of the "
+               "same bytes; see bench/README.md.",
+               "bench_exchange_throughput"};
+  app.add_option("--params", args.params, "floats per model (100 MB by default)")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--reps", args.reps, "repetitions; each is --exchanges round trips of each side")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--exchanges", args.exchanges, "round trips per side per repetition, interleaved")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--warmup", args.warmup, "untimed exchanges and baseline round trips first")
+      ->check(rumor::bench::non_negative())
+      ->capture_default_str();
+  app.add_option("--timeout", args.timeout_s, "give up if one round trip takes longer (seconds)")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_flag_function(
+      "--no-breakdown", [&](std::int64_t) { args.breakdown = false; }, "skip the timeline and the single-pass costs");
+  app.add_flag("--one-shot", args.one_shot,
+               "exchanges in the one-shot form (the request carries x_s; GossipConfig::stream_exchanges = false)");
+  app.add_option("--chunk-mib", args.chunk_mib,
+                 "snapshots travel in chunks of X MiB, each sent as soon as it is copied (the protocol's "
+                 "GossipConfig::exchange_chunk_bytes); 0: each in one message")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            double x = NAN;
+            if (!CLI::detail::lexical_cast(v, x) || !(x == 0 || (x >= 0.25 && std::isfinite(x))))
+              return "needs 0 or a size of at least 0.25 (MiB), got " + v;
+            return "";
+          },
+          "0 or >= 0.25"))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
   // As rumor-peer does (peer/main.cpp): big buffers come from the heap, not fresh mmaps.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const Args args = parse_args(argc, argv);
   spdlog::set_level(spdlog::level::warn);
   const std::size_t n = args.params;
   const std::string fingerprint = "bench/p" + std::to_string(n) + "/f32";
@@ -649,76 +503,73 @@ int main(int argc, char** argv) {
   const double moved = 2.0 * static_cast<double>(one_way);  // per round trip, both ways
 
   const unsigned cores = std::thread::hardware_concurrency();
-  double load[3] = {0, 0, 0};
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = NAN;
-    std::fclose(f);
-  }
-  progress("# %zu float parameters per model (%.1f MB); %zu bytes each way per exchange (frame %zu + header %zu + payload)",
+  double load = NAN;
+  if (std::ifstream f("/proc/loadavg"); !(f >> load)) load = NAN;
+  progress("# {} float parameters per model ({:.1f} MB); {} bytes each way per exchange (frame {} + header {} + payload)",
            n, 1e-6 * static_cast<double>(n * sizeof(float)), one_way, rumor::net::kFrameHeaderSize, header_bytes);
-  char chunking[96] = "in one message each (--chunk-mib 0)";
-  if (args.chunk_mib > 0) std::snprintf(chunking, sizeof chunking, "in chunks of %g MiB (--chunk-mib)", args.chunk_mib);
-  progress("# exchanges in the %s form; snapshots %s", args.one_shot ? "one-shot (--one-shot)" : "streamed", chunking);
-  progress("# %d reps x %d round trips of each side, interleaved (baseline, rumor, ...), after %d warm-up; %u cores, load %.2f",
-           args.reps, args.exchanges, args.warmup, cores, load[0]);
+  const std::string chunking = args.chunk_mib > 0 ? fmt::format("in chunks of {:g} MiB (--chunk-mib)", args.chunk_mib)
+                                                  : std::string("in one message each (--chunk-mib 0)");
+  progress("# exchanges in the {} form; snapshots {}", args.one_shot ? "one-shot (--one-shot)" : "streamed", chunking);
+  progress("# {} reps x {} round trips of each side, interleaved (baseline, rumor, ...), after {} warm-up; {} cores, load {:.2f}",
+           args.reps, args.exchanges, args.warmup, cores, load);
 
-  progress("== setting up: two peers (Gossip + Transport on 127.0.0.1) and the TCP baseline");
-  Shared sh;
-  sh.tl.clear();
-  Peer b(false, n, 0.5f, sh, fingerprint, !args.one_shot, args.chunk_mib);
-  Peer a(true, n, -0.5f, sh, fingerprint, !args.one_shot, args.chunk_mib);
-  b.start({});
-  a.start({b.id()});
-  {
-    std::unique_lock lk(sh.mu);
-    if (!sh.cv.wait_for(lk, std::chrono::seconds(10), [&] { return sh.joined || !sh.failure.empty(); }) || !sh.joined)
-      die("peer A did not join B within 10 s" + (sh.failure.empty() ? std::string() : ": " + sh.failure));
+  progress("== setting up: two peers (peer::Runtime on 127.0.0.1) and the TCP baseline");
+  rumor::LoopSettings settings;
+  settings.evaluate = false;
+  rumor::GossipConfig& gc = settings.gossip;
+  gc.local_steps = 1;
+  gc.max_in_flight = 1;  // one exchange at a time: a clean round trip to time
+  gc.stream_exchanges = !args.one_shot;
+  gc.exchange_chunk_bytes = args.chunk_mib > 0 ? static_cast<std::size_t>(args.chunk_mib * (1 << 20)) : SIZE_MAX;
+  gc.codec = rumor::PayloadCodec::None;
+  gc.exchange_timeout_s = 120;
+  Timeline tl;
+  tl.clear();
+  Peer b("B", n, 0.5f, fingerprint, settings);
+  Peer a("A", n, -0.5f, fingerprint, settings);
+  b.rt.start();
+  Responder responder(b, tl);  // B's compute thread from here on; A's is this one
+  a.rt.start({b.rt.id()});
+  rumor::Gossip& ga = a.rt.gossip();
+  for (const double until = a.rt.now() + 10; !(ga.joined() && ga.state_ready());) {
+    if (a.rt.now() > until || a.trouble() || responder.trouble())
+      die("peer A did not join B (and take its model) within 10 s" +
+          (a.rt.last_rejection().empty() ? std::string() : ": " + a.rt.last_rejection()));
+    a.rt.wait(std::min(until, a.rt.now() + 0.1));
   }
-  progress("   A %s joined B %s", a.id().c_str(), b.id().c_str());
+  progress("   A {} joined B {}", a.rt.id(), b.rt.id());
   Baseline base(one_way);
 
-  std::vector<double> tail;  // after A mixed: until both threads are idle (frees, B's mix)
+  std::vector<double> tail;  // after A mixed: until B has mixed too
   std::vector<double> compute_cpu;  // CPU seconds of both compute threads per timed exchange
+  std::uint64_t clock = 0;
+  const pthread_t a_thread = pthread_self();
   auto exchange = [&](std::array<double, kMarks>* timeline) {
-    std::uint64_t want;
-    {
-      std::lock_guard lk(sh.mu);
-      want = sh.done + 1;
+    a.rt.drain();  // what came in since the last exchange (B's thread has drained all along)
+    const std::uint64_t want_a = ga.stats().exchanges + 1, want_b = responder.answered() + 1, trouble0 = a.trouble();
+    tl.clear();
+    const double cpu0 = cpu_s_of(a_thread) + responder.cpu_s();
+    const double t0 = now_s(), until = a.rt.now() + args.timeout_s;
+    tl.mark(kAStart);
+    ++clock;
+    ga.on_step_done(clock, clock * 64);
+    tl.mark(kASent);
+    while (ga.stats().exchanges < want_a) {
+      if (a.trouble() != trouble0 || responder.trouble()) die("exchange failed (the peers' log lines above say why)");
+      if (a.rt.now() > until) die(fmt::format("an exchange took more than {:g} s", args.timeout_s));
+      a.rt.wait(std::min(until, a.rt.now() + 0.1));  // looks at B now and then
     }
-    sh.tl.clear();
-    const double cpu0 = a.cpu_s() + b.cpu_s();
-    const double t0 = now_s();
-    a.step();
-    std::unique_lock lk(sh.mu);
-    if (!sh.cv.wait_for(lk, std::chrono::duration<double>(args.timeout_s),
-                        [&] { return sh.done >= want || !sh.failure.empty(); }))
-      die("an exchange took more than " + std::to_string(args.timeout_s) + " s");
-    if (!sh.failure.empty()) die("exchange failed: " + sh.failure);
-    lk.unlock();
+    tl.mark(kADone);
     // The exchange is over when both compute threads have finished with it: B mixes after
-    // sending its reply, and each side frees its 100 MB snapshot after mixing. A Sync item
-    // queued behind that work marks the end (the time includes it: the daemon pays it too).
-    std::uint64_t sa, sb;
-    {
-      std::lock_guard g(sh.mu);
-      sa = sh.synced[0] + 1;
-      sb = sh.synced[1] + 1;
-    }
-    for (int i = 0; i < 100000; ++i) {  // B's ExchangeDone comes after its reply went out
-      if (!std::isnan(sh.tl.get()[kBDone])) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    a.sync();
-    b.sync();
-    lk.lock();
-    if (!sh.cv.wait_for(lk, std::chrono::duration<double>(args.timeout_s),
-                        [&] { return sh.synced[0] >= sa && sh.synced[1] >= sb; }))
-      die("the peers did not become idle after an exchange");
+    // sending its accept, and each side frees its snapshot after mixing (the time includes it:
+    // the daemon pays it too).
+    if (!responder.wait_answered(want_b, std::max(0.0, until - a.rt.now())))
+      die(responder.trouble() ? "exchange failed at B (the log lines above say why)" : "B did not finish an exchange in time");
     const double t_end = now_s(), dt = t_end - t0;
-    lk.unlock();
-    if (timeline) compute_cpu.push_back(a.cpu_s() + b.cpu_s() - cpu0);
-    tail.push_back(t_end - sh.tl.get()[kADone]);
-    if (timeline) *timeline = sh.tl.get();
+    const std::array<double, kMarks> marks = tl.get();
+    if (timeline) compute_cpu.push_back(cpu_s_of(a_thread) + responder.cpu_s() - cpu0);
+    tail.push_back(t_end - marks[kADone]);
+    if (timeline) *timeline = marks;
     return dt;
   };
 
@@ -726,7 +577,7 @@ int main(int argc, char** argv) {
     double there = 0;
     const double tb = base.round_trip(there);
     const double tr = exchange(nullptr);
-    progress("   warm-up %d: baseline %.3f s (%.2f GB/s), rumor %.3f s (%.2f GB/s)", i + 1, tb, 1e-9 * moved / tb, tr,
+    progress("   warm-up {}: baseline {:.3f} s ({:.2f} GB/s), rumor {:.3f} s ({:.2f} GB/s)", i + 1, tb, 1e-9 * moved / tb, tr,
              1e-9 * moved / tr);
   }
 
@@ -753,28 +604,28 @@ int main(int argc, char** argv) {
       base_rt.push_back(tb);
       base_there.push_back(there);
       base_back.push_back(tb - there);
-      std::array<double, kMarks> tl{};
+      std::array<double, kMarks> marks{};
       const double c2 = process_cpu();
-      const double tr = exchange(&tl);
+      const double tr = exchange(&marks);
       const double c3 = process_cpu();
       rumor_cpu.push_back(c3 - c2);
       rumor_busy.push_back((c3 - c2) / (tr * cores));
       sr += tr;
       rumor_rt.push_back(tr);
-      timelines.push_back(tl);
+      timelines.push_back(marks);
     }
     const double gb = 1e-9 * moved * args.exchanges / sb, gr = 1e-9 * moved * args.exchanges / sr;
     gb_base.push_back(gb);
     gb_rumor.push_back(gr);
     ratios.push_back(gr / gb);
-    progress("   rep %d/%d: baseline %.2f GB/s (%.3f s per round trip), rumor %.2f GB/s (%.3f s per exchange), ratio %.3f",
+    progress("   rep {}/{}: baseline {:.2f} GB/s ({:.3f} s per round trip), rumor {:.2f} GB/s ({:.3f} s per exchange), ratio {:.3f}",
              r + 1, args.reps, gb, sb / args.exchanges, gr, sr / args.exchanges, gr / gb);
   }
-  progress("   process CPU per round trip (all threads, user + system; medians): baseline %.1f ms (%.0f%% of %u cores), "
-           "rumor %.1f ms (%.0f%%)",
+  progress("   process CPU per round trip (all threads, user + system; medians): baseline {:.1f} ms ({:.0f}% of {} cores), "
+           "rumor {:.1f} ms ({:.0f}%)",
            1e3 * median(base_cpu), 100 * median(base_busy), cores, 1e3 * median(rumor_cpu), 100 * median(rumor_busy));
-  std::printf("baseline_process_cpu_ms %.2f\nrumor_process_cpu_ms %.2f\nbaseline_cores_busy %.3f\nrumor_cores_busy %.3f\n",
-              1e3 * median(base_cpu), 1e3 * median(rumor_cpu), median(base_busy), median(rumor_busy));
+  fmt::print("baseline_process_cpu_ms {:.2f}\nrumor_process_cpu_ms {:.2f}\nbaseline_cores_busy {:.3f}\nrumor_cores_busy {:.3f}\n",
+             1e3 * median(base_cpu), 1e3 * median(rumor_cpu), median(base_busy), median(rumor_busy));
   const double ratio = median(ratios);
   const double rmin = *std::min_element(ratios.begin(), ratios.end());
   const double rmax = *std::max_element(ratios.begin(), ratios.end());
@@ -786,57 +637,31 @@ int main(int argc, char** argv) {
     Mark from, to;
   };
   const Part parts[] = {
-      {"a_header", "A: on_step_done -> request header handed to the transport", kAStart, kAHeaderSent},
-      {"a_snapshot", "A: copy + hash x_s's first chunk into a pooled buffer (before x_s can leave)", kAHeaderSent, kAPayloadSend},
-      {"a_payload_send", "A: first chunk handed over -> last chunk copied, hashed, handed over", kAPayloadSend, kAPayloadSent},
-      {"b_header_to_reply", "B: header received -> y_s copied + hashed, reply sent", kBHeaderRecv, kBReplySend},
-      {"request_payload_wire", "x_s on the wire (write, read, receive hash)", kAPayloadSend, kBPayloadRecv},
-      {"reply_wire", "y_s on the wire (write, read, receive hash)", kBReplySend, kAReplyRecv},
-      {"b_queue", "B: x_s received -> its handler starts", kBPayloadRecv, kBPayloadHandle},
-      {"b_check_to_accept", "B: x_s handler -> accept sent (finiteness flagged on receipt, robust screen)", kBPayloadHandle, kBAcceptSend},
-      {"b_accept_to_a", "B's accept sent -> A has it", kBAcceptSend, kAAcceptRecv},
-      {"b_mix", "B: accept sent -> x_s mixed with the distance (off the critical path)", kBAcceptSend, kBDone},
-      {"b_in_to_a_ready", "x_s all in at B -> A has both reply and accept", kBPayloadRecv, kALastIn},
-      {"a_last_to_done", "A: last of (reply, accept) in -> mixed (queue, mix/distance)", kALastIn, kADone},
+      {"a_send", "A: on_step_done: request header and x_s copied, hashed, handed to the transport", kAStart, kASent},
+      {"b_reply_sent", "A's step -> B's drain that sent y_s returned (header over the wire, y_s copied, hashed, handed over)",
+       kAStart, kBReplySent},
+      {"a_sent_to_done", "A: x_s handed over -> reply and accept in, y_s checked and mixed (A's drain returned)", kASent, kADone},
+      {"b_done", "A's step -> B has mixed x_s with the distance (B's drain returned)", kAStart, kBDone},
       {"total", "A: on_step_done -> reply mixed", kAStart, kADone},
   };
   std::vector<std::pair<const Part*, double>> measured;
   if (args.breakdown) {
-    progress("== breakdown: timeline of the %zu timed exchanges (medians, ms)%s", timelines.size(),
-             args.one_shot ? "; --one-shot: the marks of the streamed form that do not occur read nan" : "");
+    progress("== breakdown: timeline of the {} timed exchanges, as the two compute threads see them (medians, ms)",
+             timelines.size());
     for (const Part& p : parts) {
       std::vector<double> v;
-      for (auto tl : timelines) {
-        // A mixes once it has both the reply and the accept, whichever came last.
-        tl[kALastIn] = std::max(tl[kAAcceptRecv], tl[kAReplyRecv]);
-        v.push_back(1e3 * (tl[p.to] - tl[p.from]));
-      }
+      for (const auto& tl : timelines) v.push_back(1e3 * (tl[p.to] - tl[p.from]));
       const double m = median(v);
       measured.emplace_back(&p, m);
-      progress("   %-20s %8.1f   %s", p.key, m, p.what);
+      progress("   {:<20} {:8.1f}   {}", p.key, m, p.what);
     }
-    progress("   %-20s %8.1f   after A mixed: until both threads are idle (B's mix, freeing snapshots)", "tail",
+    progress("   {:<20} {:8.1f}   after A mixed: until B's drain that mixed returned too (negative: B was first)", "tail",
              1e3 * median(tail));
-    progress("   %-20s %8.1f   = the measured exchange", "exchange", 1e3 * median(rumor_rt));
-    progress("   %-20s %8.1f   plain TCP: client write -> server has it all", "baseline_there", 1e3 * median(base_there));
-    progress("   %-20s %8.1f   plain TCP: server write -> client has it all", "baseline_back", 1e3 * median(base_back));
-    progress("   %-20s %8.1f   plain TCP round trip", "baseline_total", 1e3 * median(base_rt));
-    {
-      auto part = [&](const char* key) {
-        for (const auto& [p, m] : measured)
-          if (std::strcmp(p->key, key) == 0) return m;
-        return static_cast<double>(NAN);
-      };
-      const double before = part("a_header") + part("a_snapshot"), wire = part("request_payload_wire"),
-                   after = part("b_in_to_a_ready"), mix = part("a_last_to_done");
-      progress("   critical path (medians, ms): A before x_s can leave %.1f + x_s on the wire %.1f + x_s in at B -> A may "
-               "mix %.1f + A's mix %.1f = %.1f (total %.1f)",
-               before, wire, after, mix, before + wire + after + mix, part("total"));
-      std::printf("critical_before_wire_ms %.2f\ncritical_wire_ms %.2f\ncritical_after_wire_ms %.2f\ncritical_a_mix_ms %.2f\n",
-                  before, wire, after, mix);
-    }
-
-    progress("== breakdown: one pass over %zu floats on one thread, alone (median of 5, CPU ms of the thread)", n);
+    progress("   {:<20} {:8.1f}   = the measured exchange", "exchange", 1e3 * median(rumor_rt));
+    progress("   {:<20} {:8.1f}   plain TCP: client write -> server has it all", "baseline_there", 1e3 * median(base_there));
+    progress("   {:<20} {:8.1f}   plain TCP: server write -> client has it all", "baseline_back", 1e3 * median(base_back));
+    progress("   {:<20} {:8.1f}   plain TCP round trip", "baseline_total", 1e3 * median(base_rt));
+    progress("== breakdown: one pass over {} floats on one thread, alone (median of 5, CPU ms of the thread)", n);
     std::vector<float> x(n), y(n), s(n);
     for (std::size_t i = 0; i < n; ++i) {
       x[i] = 0.25f + 1e-3f * static_cast<float>(i % 997);
@@ -853,7 +678,7 @@ int main(int argc, char** argv) {
     std::vector<Pass> passes;
     auto pass = [&](const char* key, const char* what, auto&& f) {
       passes.push_back({key, what, 1e3 * time_median(5, f)});
-      progress("   %-20s %8.1f   %s", key, passes.back().ms, what);
+      progress("   {:<20} {:8.1f}   {}", key, passes.back().ms, what);
     };
     pass("copy_and_hash", "rumor::copy_and_hash into a reused buffer (the exchange's snapshot, with its digest)", [&] {
       g_sink = g_sink + static_cast<double>(rumor::copy_and_hash(xb, reinterpret_cast<std::uint8_t*>(pre.data())));
@@ -966,38 +791,37 @@ int main(int argc, char** argv) {
     const double rumor_ms = 1e3 * median(rumor_rt), base_ms = 1e3 * median(base_rt);
     const double memcpy_ms = cost("memcpy_prealloc");
     progress("   the exchange's own CPU, both sides, by these passes: 2 x copy_and_hash + 2 x (recv_copy_check - recv_copy) + "
-             "2 x mix_with_distance = %.1f ms, %.1f ms per 100 MB each way = %.2f x memcpy_prealloc (%.1f ms); "
-             "measured on the two compute threads during the timed exchanges (median): %.1f ms per 100 MB each way "
-             "(their snapshots and mixes; the receive check runs on the I/O threads); beside a %.1f ms exchange "
-             "(plain TCP round trip %.1f ms, itself keeping both cores busy)",
+             "2 x mix_with_distance = {:.1f} ms, {:.1f} ms per 100 MB each way = {:.2f} x memcpy_prealloc ({:.1f} ms); "
+             "measured on the two compute threads during the timed exchanges (median): {:.1f} ms per 100 MB each way "
+             "(their snapshots and mixes; the receive check runs on the I/O threads); beside a {:.1f} ms exchange "
+             "(plain TCP round trip {:.1f} ms, itself keeping both cores busy)",
              compute, own, own / memcpy_ms, memcpy_ms, cpu_measured, rumor_ms, base_ms);
     progress("   (the same passes as before this change: 2 x copy_and_hash + 2 x hash64 + 2 x all_finite + 2 x mix_with_distance "
-             "= %.1f ms)",
+             "= {:.1f} ms)",
              2 * cost("copy_and_hash") + 2 * cost("hash64") + 2 * cost("all_finite") + 2 * cost("mix_with_distance"));
-    std::printf("breakdown_compute_ms %.2f\n", compute);
-    std::printf("own_cpu_ms_per_100mb %.2f\n", own);
-    std::printf("own_cpu_over_memcpy %.3f\n", own / memcpy_ms);
-    std::printf("compute_threads_cpu_ms_per_100mb %.2f\n", cpu_measured);
-    std::printf("target_own_cpu_30ms %s\n", own <= 30 ? "met" : "NOT_MET");
-    std::printf("timeline_tail_ms %.2f\n", 1e3 * median(tail));
-    for (const auto& p : passes) std::printf("pass_%s_ms %.2f\n", p.key, p.ms);
-    for (const auto& [p, m] : measured) std::printf("timeline_%s_ms %.2f\n", p->key, m);
+    fmt::print("breakdown_compute_ms {:.2f}\n", compute);
+    fmt::print("own_cpu_ms_per_100mb {:.2f}\n", own);
+    fmt::print("own_cpu_over_memcpy {:.3f}\n", own / memcpy_ms);
+    fmt::print("compute_threads_cpu_ms_per_100mb {:.2f}\n", cpu_measured);
+    fmt::print("target_own_cpu_30ms {}\n", own <= 30 ? "met" : "NOT_MET");
+    fmt::print("timeline_tail_ms {:.2f}\n", 1e3 * median(tail));
+    for (const auto& p : passes) fmt::print("pass_{}_ms {:.2f}\n", p.key, p.ms);
+    for (const auto& [p, m] : measured) fmt::print("timeline_{}_ms {:.2f}\n", p->key, m);
   }
 
-  a.stop();
-  b.stop();
+  responder.stop();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("bytes_each_way %zu\n", one_way);
-  std::printf("baseline_gb_per_s %.3f\n", median(gb_base));
-  std::printf("rumor_gb_per_s %.3f\n", median(gb_rumor));
-  std::printf("baseline_round_trip_s %.4f\n", median(base_rt));
-  std::printf("rumor_exchange_s %.4f\n", median(rumor_rt));
-  std::printf("ratio %.3f\n", ratio);
-  std::printf("ratio_min %.3f\n", rmin);
-  std::printf("ratio_max %.3f\n", rmax);
-  std::printf("exchanges_completed %llu\n", static_cast<unsigned long long>(a.stats().exchanges));
-  std::printf("bench_max_rss_kib %ld\n", ru.ru_maxrss);
-  std::printf("target_ratio 0.85 %s\n", ratio >= 0.85 ? "met" : "NOT_MET");
+  fmt::print("bytes_each_way {}\n", one_way);
+  fmt::print("baseline_gb_per_s {:.3f}\n", median(gb_base));
+  fmt::print("rumor_gb_per_s {:.3f}\n", median(gb_rumor));
+  fmt::print("baseline_round_trip_s {:.4f}\n", median(base_rt));
+  fmt::print("rumor_exchange_s {:.4f}\n", median(rumor_rt));
+  fmt::print("ratio {:.3f}\n", ratio);
+  fmt::print("ratio_min {:.3f}\n", rmin);
+  fmt::print("ratio_max {:.3f}\n", rmax);
+  fmt::print("exchanges_completed {}\n", static_cast<unsigned long long>(ga.stats().exchanges));
+  fmt::print("bench_max_rss_kib {}\n", ru.ru_maxrss);
+  fmt::print("target_ratio 0.85 {}\n", ratio >= 0.85 ? "met" : "NOT_MET");
   return 0;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gossip benchmark of Rumor: see bench/README.md, "Gossip over TCP".
+# Gossip benchmark of Rumor: see bench/HISTORY.md, "Gossip over TCP" (current figures: bench/README.md).
 #
 #   bench/gossip_bench.sh [--build DIR] [--no-build] [--rounds N] [--peers N] [--epochs E]
 #                         [--eval-every N] [--target ACC] [--data DIR] [--model SPEC] [--lr X]

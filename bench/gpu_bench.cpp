@@ -16,7 +16,10 @@
 //
 // Results are medians over --reps repetitions; lines starting with a key and a number, e.g.
 //   gpu_samples_per_s b=64 123456
-// bench/gpu_check.sh runs this on a GPU machine; bench/README.md ("GPU") records the output.
+// bench/gpu_check.sh runs this on a GPU machine; bench/HISTORY.md ("GPU peers") records the output.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +30,8 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "bench/flags.hpp"
+#include "data/dataset.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"
 #include "data/files.hpp"
@@ -47,59 +52,6 @@ struct Args {
   std::string data = "/usr/share/datasets/fashion-mnist", model = "mlp:256,128";
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", f.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto num = [&]() {
-      const std::string v = val();
-      char* end = nullptr;
-      const long x = std::strtol(v.c_str(), &end, 10);
-      if (!end || *end || x <= 0) {
-        std::fprintf(stderr, "%s needs a positive integer, got '%s'\n", f.c_str(), v.c_str());
-        std::exit(2);
-      }
-      return static_cast<int>(x);
-    };
-    if (f == "--batches") {
-      a.batches.clear();
-      std::string v = val();
-      for (std::size_t p = 0; p < v.size();) {
-        std::size_t q = v.find(',', p);
-        if (q == std::string::npos) q = v.size();
-        a.batches.push_back(std::strtoul(v.substr(p, q - p).c_str(), nullptr, 10));
-        if (a.batches.back() == 0) {
-          std::fprintf(stderr, "--batches: positive integers, e.g. 64,1024\n");
-          std::exit(2);
-        }
-        p = q + 1;
-      }
-    } else if (f == "--reps") a.reps = num();
-    else if (f == "--steps") a.steps = num();
-    else if (f == "--cpu-steps") a.cpu_steps = num();
-    else if (f == "--warmup") a.warmup = num();
-    else if (f == "--cpu-threads") a.cpu_threads = num();
-    else if (f == "--device") a.device = std::atoi(val().c_str());
-    else if (f == "--data") a.data = val();
-    else if (f == "--model") a.model = val();
-    else {
-      std::printf(
-          "usage: %s [--batches 64,1024] [--reps 5] [--steps 200] [--cpu-steps 30] [--warmup 20]\n"
-          "          [--cpu-threads 1] [--device 0] [--data DIR|synthetic] [--model mlp:256,128]\n",
-          argv[0]);
-      std::exit(f == "--help" ? 0 : 2);
-    }
-  }
-  return a;
-}
-
 // Samples/s of `steps` Trainer steps, median over reps.
 double trainer_rate(rumor::Trainer& t, int warmup, int steps, int reps, std::size_t batch) {
   for (int i = 0; i < warmup; ++i) t.step();
@@ -114,17 +66,45 @@ double trainer_rate(rumor::Trainer& t, int warmup, int steps, int reps, std::siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args args;
+  CLI::App app{"GPU training throughput: Trainer::step() on the CUDA backend against the CPU backend and the cuBLAS-bound "
+               "ceiling, at several batch sizes; bench/gpu_check.sh runs it.",
+               "bench_gpu"};
+  app.add_option("--batches", args.batches, "batch sizes, comma-separated")
+      ->delimiter(',')
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--reps", args.reps, "repetitions (medians are printed)")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--steps", args.steps, "timed GPU steps per repetition")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--cpu-steps", args.cpu_steps, "timed CPU steps per repetition")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--warmup", args.warmup, "untimed steps first")
+      ->check(rumor::bench::non_negative())
+      ->capture_default_str();
+  app.add_option("--cpu-threads", args.cpu_threads, "Eigen threads of the CPU backend")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--device", args.device, "CUDA device index")
+      ->check(rumor::bench::non_negative())
+      ->capture_default_str();
+  app.add_option("--data", args.data, "data set directory, or 'synthetic'")->capture_default_str();
+  app.add_option("--model", args.model, "model spec (rumor-peer --model)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   std::string why;
   if (rumor::gpu::device_count(&why) <= 0) {
-    std::printf("SKIPPED: no CUDA device (%s)\n", why.c_str());
+    fmt::print("SKIPPED: no CUDA device ({})\n", why);
     return 0;
   }
   std::shared_ptr<rumor::Backend> gpu;
   try {
     gpu = rumor::gpu::make_cuda_backend(args.device);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
   rumor::set_math_threads(args.cpu_threads);
@@ -132,10 +112,10 @@ int main(int argc, char** argv) {
   rumor::Task task = rumor::load_task(args.data);
   auto shard = std::make_shared<const rumor::Dataset>(std::move(task.train));
   const std::size_t outputs = shard->classes > 0 ? static_cast<std::size_t>(shard->classes) : shard->target_dim;
-  std::printf("# data %s: %zu rows x %zu features, %zu outputs; loaded in %.2f s\n", shard->name.c_str(), shard->rows,
+  fmt::print("# data {}: {} rows x {} features, {} outputs; loaded in {:.2f} s\n", shard->name, shard->rows,
               shard->dim, outputs, since(t_load));
-  std::printf("gpu_device %s\n", gpu->name().c_str());
-  std::printf("cpu_threads %d\n", rumor::math_threads());
+  fmt::print("gpu_device {}\n", gpu->name());
+  fmt::print("cpu_threads {}\n", rumor::math_threads());
 
   for (const std::size_t batch : args.batches) {
     rumor::TrainerConfig tc;
@@ -202,15 +182,15 @@ int main(int argc, char** argv) {
     }
     gpu->deallocate_host(pinned);
 
-    std::printf("# batch %zu: gpu %.0f samples/s, cpu %.0f samples/s (%d thread(s)), cuBLAS ceiling %.0f samples/s\n",
+    fmt::print("# batch {}: gpu {:.0f} samples/s, cpu {:.0f} samples/s ({} thread(s)), cuBLAS ceiling {:.0f} samples/s\n",
                 batch, gpu_rate, cpu_rate, rumor::math_threads(), ceiling);
-    std::printf("gpu_samples_per_s b=%zu %.1f\n", batch, gpu_rate);
-    std::printf("cpu_samples_per_s b=%zu %.1f\n", batch, cpu_rate);
-    std::printf("cublas_ceiling_samples_per_s b=%zu %.1f\n", batch, ceiling);
-    std::printf("gpu_over_cpu b=%zu %.2f\n", batch, gpu_rate / cpu_rate);
-    std::printf("gpu_over_ceiling b=%zu %.3f\n", batch, gpu_rate / ceiling);
-    std::printf("gpu_step_us b=%zu %.1f\n", batch, 1e6 * static_cast<double>(batch) / gpu_rate);
-    std::printf("param_roundtrip_us b=%zu %.1f\n", batch, 1e6 * median(rt));
+    fmt::print("gpu_samples_per_s b={} {:.1f}\n", batch, gpu_rate);
+    fmt::print("cpu_samples_per_s b={} {:.1f}\n", batch, cpu_rate);
+    fmt::print("cublas_ceiling_samples_per_s b={} {:.1f}\n", batch, ceiling);
+    fmt::print("gpu_over_cpu b={} {:.2f}\n", batch, gpu_rate / cpu_rate);
+    fmt::print("gpu_over_ceiling b={} {:.3f}\n", batch, gpu_rate / ceiling);
+    fmt::print("gpu_step_us b={} {:.1f}\n", batch, 1e6 * static_cast<double>(batch) / gpu_rate);
+    fmt::print("param_roundtrip_us b={} {:.1f}\n", batch, 1e6 * median(rt));
     std::fflush(stdout);
   }
   return 0;

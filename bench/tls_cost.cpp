@@ -6,8 +6,10 @@
 // and payload size: exchanges per second and MB/s of parameters moved (both directions), and
 // the time to set up a fresh connection (connect + TLS + handshake + the first message).
 //
-// Usage: bench_tls_cost [--sizes BYTES,...] [--seconds S] [--connections N] [--rounds R]
+// Usage: bench_tls_cost [--sizes BYTES,...] [--seconds S] [--connections N] [--rounds R] (--help)
 // It makes a throwaway CA with examples/tls-test-ca.sh (needs the openssl command line).
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -20,11 +22,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/flags.hpp"
 #include "net/transport.hpp"
 
 using namespace rumor;
@@ -114,7 +116,7 @@ Result measure(const Mode& mode, const fs::path& ca, std::size_t bytes, double s
       const auto t0 = Clock::now();
       c.send(b.local_id(), ping);
       if (!at_c.wait_for(1, 10)) {
-        std::fprintf(stderr, "no answer on connection %d (%s)\n", i, mode.name);
+        fmt::print(stderr, "no answer on connection {} ({})\n", i, mode.name);
         std::exit(1);
       }
       total += seconds_since(t0);
@@ -131,7 +133,7 @@ Result measure(const Mode& mode, const fs::path& ca, std::size_t bytes, double s
     const std::uint64_t before = at_a.n;
     a.send(b.local_id(), msg);
     if (!at_a.wait_for(before + 1, 30)) {
-      std::fprintf(stderr, "exchange timed out (%s)\n", mode.name);
+      fmt::print(stderr, "exchange timed out ({})\n", mode.name);
       std::exit(1);
     }
     ++done;
@@ -150,33 +152,32 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {235146 * 4, 16u << 20};  // the default MLP's parameters; a 4M-parameter model
   double seconds = 2.0;
   int connections = 20, rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--sizes") {
-      sizes.clear();
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ',')) sizes.push_back(std::stoull(item));
-    } else if (f == "--seconds") {
-      seconds = std::stod(v);
-    } else if (f == "--connections") {
-      connections = std::stoi(v);
-    } else if (f == "--rounds") {
-      rounds = std::max(1, std::stoi(v));
-    } else {
-      std::fprintf(stderr, "usage: bench_tls_cost [--sizes BYTES,...] [--seconds S] [--connections N] [--rounds R]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"What trust costs the transport on loopback: exchanges/s, MB/s and connection set-up per mode (plain TCP, "
+               "swarm key, TLS 1.3, TLS + key); docs/security.md.",
+               "bench_tls_cost"};
+  app.add_option("--sizes", sizes, "payload sizes in bytes, comma-separated")
+      ->delimiter(',')
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "seconds of exchanges per mode, size and round")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--connections", connections, "fresh connections timed per mode, size and round")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds, interleaving the modes; the best of them is printed")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   const fs::path ca = fs::temp_directory_path() / ("rumor-bench-ca-" + std::to_string(::getpid()));
   const std::string cmd = "bash '" + std::string(RUMOR_SOURCE_DIR) + "/examples/tls-test-ca.sh' '" + ca.string() + "' a b";
   if (std::system(cmd.c_str()) != 0) {
-    std::fprintf(stderr, "could not make a test CA (is openssl installed?)\n");
+    fmt::print(stderr, "could not make a test CA (is openssl installed?)\n");
     return 1;
   }
   const Mode modes[] = {{"plain TCP", false, false}, {"swarm key", true, false}, {"TLS 1.3", false, true},
                         {"TLS 1.3 + key", true, true}};
-  std::printf("%-14s %12s %12s %10s %11s %12s   (best of %d rounds of %.1f s)\n", "mode", "payload", "exchanges/s",
+  fmt::print("{:<14} {:>12} {:>12} {:>10} {:>11} {:>12}   (best of {} rounds of {:.1f} s)\n", "mode", "payload", "exchanges/s",
               "MB/s", "vs plain", "connect ms", rounds, seconds);
   for (const std::size_t bytes : sizes) {
     // Rounds interleave the modes, so a burst of load elsewhere on the machine hits them alike.
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
         best[i].connect_ms = round == 0 ? r.connect_ms : std::min(best[i].connect_ms, r.connect_ms);
       }
     for (std::size_t i = 0; i < std::size(modes); ++i)
-      std::printf("%-14s %10.2fMB %12.1f %10.0f %10.0f%% %12.2f\n", modes[i].name, bytes / 1e6, best[i].exchanges_per_s,
+      fmt::print("{:<14} {:10.2f}MB {:12.1f} {:10.0f} {:10.0f}% {:12.2f}\n", modes[i].name, bytes / 1e6, best[i].exchanges_per_s,
                   best[i].mb_per_s, 100.0 * best[i].mb_per_s / best[0].mb_per_s, best[i].connect_ms);
     std::fflush(stdout);
   }

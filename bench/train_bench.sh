@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Single-peer training benchmark of Rumor: see bench/README.md.
+# Single-peer training benchmark of Rumor: see bench/README.md (and bench/HISTORY.md, "Single-peer training benchmark").
 #
 #   bench/train_bench.sh [--build DIR] [--no-build] [--rounds N] [--reps N] [--steps N]
 #                        [--data DIR] [--openblas auto|off|DIR] [--fetch-openblas]

@@ -22,7 +22,10 @@
 // Machine-readable result lines start with a key and a number, e.g.
 //   rumor_samples_per_s 12345.6
 // (see bench/README.md for the full list; bench/train_bench.sh reads them).
+#include <CLI/CLI.hpp>
 #include <Eigen/Core>
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +39,8 @@
 #include <time.h>
 #include <vector>
 
+#include "bench/flags.hpp"
+#include "data/dataset.hpp"
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/rng.hpp"
@@ -79,65 +84,6 @@ struct Args {
   bool breakdown = true;
   std::string only;  // "", "rumor" or "ceiling": run one side only (for profilers)
 };
-
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--reps N] [--steps N] [--warmup N] [--chunk N] [--batch N] [--lr X]\n"
-      "          [--data DIR|synthetic] [--model SPEC] [--no-breakdown]\n"
-      "Single-thread samples/s of rumor::Trainer::step() vs the plain-Eigen GEMM ceiling.\n"
-      "Defaults: --reps 5 --steps 300 --warmup 30 --chunk 30 --batch 64 --lr 0.001\n"
-      "          --data /usr/share/datasets/fashion-mnist --model mlp:256,128\n",
-      argv0);
-}
-
-Args parse_args(int argc, char** argv) {
-  Args a;
-  auto need = [&](int& i) -> const char* {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
-      std::exit(2);
-    }
-    return argv[++i];
-  };
-  auto positive = [&](const char* flag, const char* v) -> long {
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (!end || *end || x <= 0) {
-      std::fprintf(stderr, "%s: %s needs a positive integer, got '%s'\n", argv[0], flag, v);
-      std::exit(2);
-    }
-    return x;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--reps") a.reps = static_cast<int>(positive("--reps", need(i)));
-    else if (f == "--steps") a.steps = static_cast<int>(positive("--steps", need(i)));
-    else if (f == "--warmup") {
-      const char* v = need(i);
-      a.warmup = std::strcmp(v, "0") == 0 ? 0 : static_cast<int>(positive("--warmup", v));
-    } else if (f == "--batch") a.batch = static_cast<std::size_t>(positive("--batch", need(i)));
-    else if (f == "--lr") a.lr = std::atof(need(i));
-    else if (f == "--data") a.data = need(i);
-    else if (f == "--model") a.model = need(i);
-    else if (f == "--no-breakdown") a.breakdown = false;
-    else if (f == "--only") {
-      a.only = need(i);
-      if (a.only != "rumor" && a.only != "ceiling") {
-        std::fprintf(stderr, "%s: --only takes rumor or ceiling\n", argv[0]);
-        std::exit(2);
-      }
-      a.breakdown = false;
-    }
-    else if (f == "-h" || f == "--help") {
-      usage(argv[0]);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "%s: unknown flag '%s' (--help lists them)\n", argv[0], argv[i]);
-      std::exit(2);
-    }
-  }
-  return a;
-}
 
 // The matrix products of one training step of a dense net with layer widths w[0..L], nothing
 // else. Weights and the output-layer gradient are random; activations flow forward from a real
@@ -225,7 +171,32 @@ long max_rss_kib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse_args(argc, argv);
+  Args args;
+  CLI::App app{"Single-thread samples/s of rumor::Trainer::step() against the plain-Eigen GEMM ceiling, "
+               "interleaved; see bench/README.md.",
+               "bench_train_throughput"};
+  app.add_option("--reps", args.reps, "interleaved repetitions")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--steps", args.steps, "timed steps per side per repetition")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--warmup", args.warmup, "untimed steps per side first in each repetition")
+      ->check(rumor::bench::non_negative())
+      ->capture_default_str();
+  app.add_option("--chunk", args.chunk, "timed steps per side before switching to the other")
+      ->check(rumor::bench::positive())
+      ->capture_default_str();
+  app.add_option("--batch", args.batch, "samples per step")->check(rumor::bench::positive())->capture_default_str();
+  app.add_option("--lr", args.lr, "learning rate (Adam)")->check(rumor::bench::positive())->capture_default_str();
+  app.add_option("--data", args.data, "data set directory, or 'synthetic'")->capture_default_str();
+  app.add_option("--model", args.model, "model spec (rumor-peer --model)")->capture_default_str();
+  app.add_flag_function(
+      "--no-breakdown", [&](std::int64_t) { args.breakdown = false; }, "skip the timing of the parts of a step");
+  app.add_option("--only", args.only, "run one side only (for profilers; no breakdown)")
+      ->check(CLI::IsMember({"rumor", "ceiling"}));
+  CLI11_PARSE(app, argc, argv);
+  if (!args.only.empty()) args.breakdown = false;
   rumor::set_math_threads(1);
   Eigen::setNbThreads(1);
 
@@ -234,8 +205,8 @@ int main(int argc, char** argv) {
   auto shard = std::make_shared<const rumor::Dataset>(std::move(task.train));
   const std::size_t outputs =
       shard->classes > 0 ? static_cast<std::size_t>(shard->classes) : shard->target_dim;
-  std::printf("# data %s: %zu train rows x %zu features, %zu classes; loaded in %.2f s\n",
-              shard->name.c_str(), shard->rows, shard->dim, outputs, seconds(t_load, Clock::now()));
+  fmt::print("# data {}: {} train rows x {} features, {} classes; loaded in {:.2f} s\n",
+              shard->name, shard->rows, shard->dim, outputs, seconds(t_load, Clock::now()));
 
   rumor::TrainerConfig tc;
   tc.model = args.model;
@@ -261,16 +232,16 @@ int main(int argc, char** argv) {
   }
   GemmCeiling ceiling(widths, x0.data(), std::min(args.batch, shard->rows));
 
-  std::printf("# model %s (%zu parameters), %s lr %g, batch %zu, threads %d (Eigen %d.%d.%d)\n",
-              trainer.model().fingerprint().c_str(), trainer.model().param_count(),
-              trainer.optimizer().name().c_str(), args.lr, args.batch, rumor::math_threads(),
+  fmt::print("# model {} ({} parameters), {} lr {:g}, batch {}, threads {} (Eigen {}.{}.{})\n",
+              trainer.model().fingerprint(), trainer.model().param_count(),
+              trainer.optimizer().name(), args.lr, args.batch, rumor::math_threads(),
               EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
   if (dense)
-    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each), interleaved in "
-                "chunks of %d steps; ceiling = %zu matrix products per step (%.1f MFLOP)\n",
+    fmt::print("# {} repetitions x {} timed steps (after {} warm-up steps each), interleaved in "
+                "chunks of {} steps; ceiling = {} matrix products per step ({:.1f} MFLOP)\n",
                 args.reps, args.steps, args.warmup, args.chunk, ceiling.products(), 1e-6 * ceiling.flops());
   else
-    std::printf("# %d repetitions x %d timed steps (after %d warm-up steps each); no GEMM ceiling for a "
+    fmt::print("# {} repetitions x {} timed steps (after {} warm-up steps each); no GEMM ceiling for a "
                 "convolutional model\n", args.reps, args.steps, args.warmup);
   std::fflush(stdout);
 
@@ -319,25 +290,25 @@ int main(int argc, char** argv) {
       ratios.push_back(rs / cs);
       ratios_cpu.push_back(rc / cc);
     }
-    std::printf("rep %d/%d:", r + 1, args.reps);
+    fmt::print("rep {}/{}:", r + 1, args.reps);
     if (run_rumor)
-      std::printf(" rumor %8.1f samples/s (%.3f ms/step, cpu %8.1f/s, loss %.4f) ", rs,
+      fmt::print(" rumor {:8.1f} samples/s ({:.3f} ms/step, cpu {:8.1f}/s, loss {:.4f}) ", rs,
                   1e3 * args.batch / rs, rc, last_loss);
     if (run_ceiling)
-      std::printf(" ceiling %8.1f samples/s (%.3f ms/step, cpu %8.1f/s) ", cs, 1e3 * args.batch / cs, cc);
-    if (run_rumor && run_ceiling) std::printf(" ratio %.3f (cpu %.3f)", rs / cs, rc / cc);
-    std::printf("\n");
+      fmt::print(" ceiling {:8.1f} samples/s ({:.3f} ms/step, cpu {:8.1f}/s) ", cs, 1e3 * args.batch / cs, cc);
+    if (run_rumor && run_ceiling) fmt::print(" ratio {:.3f} (cpu {:.3f})", rs / cs, rc / cc);
+    fmt::print("\n");
     std::fflush(stdout);
   }
   if (!std::isfinite(last_loss)) {
-    std::fprintf(stderr, "training diverged (loss %g)\n", last_loss);
+    fmt::print(stderr, "training diverged (loss {:g})\n", last_loss);
     return 1;
   }
 
   // ---- Where the time goes ----
   if (args.breakdown && dense) {
-    std::printf("# breakdown: parts of Trainer::step timed separately (median over %d reps of %d "
-                "steps, interleaved in chunks of %d; microseconds per step)\n", args.reps, args.steps,
+    fmt::print("# breakdown: parts of Trainer::step timed separately (median over {} reps of {} "
+                "steps, interleaved in chunks of {}; microseconds per step)\n", args.reps, args.steps,
                 args.chunk);
     std::fflush(stdout);
     auto model = rumor::make_model(args.model, shard->dim, outputs);
@@ -437,7 +408,7 @@ int main(int argc, char** argv) {
     const double cf = median(t_cf), cb = median(t_cb);
     const double total = g + lg + o;
     auto line = [&](const char* key, const char* what, double us) {
-      std::printf("%-26s %9.1f   %5.1f%%  %s\n", key, us, 100.0 * us / total, what);
+      fmt::print("{:<26} {:9.1f}   {:5.1f}%  {}\n", key, us, 100.0 * us / total, what);
     };
     line("us_gather_batch", "BatchOrder::next + gather_batch", g);
     line("us_loss_and_grad", "Model::loss_and_grad (forward + backward)", lg);
@@ -454,26 +425,26 @@ int main(int argc, char** argv) {
   }
 
   const double rm = median(rumor_sps), cm = median(ceil_sps), ratio = median(ratios);
-  std::printf("# results (medians of %d interleaved repetitions)\n", args.reps);
-  if (run_rumor) std::printf("rumor_samples_per_s %.1f\n", rm);
-  if (run_ceiling) std::printf("ceiling_samples_per_s %.1f\n", cm);
+  fmt::print("# results (medians of {} interleaved repetitions)\n", args.reps);
+  if (run_rumor) fmt::print("rumor_samples_per_s {:.1f}\n", rm);
+  if (run_ceiling) fmt::print("ceiling_samples_per_s {:.1f}\n", cm);
   if (!ratios.empty()) {
-    std::printf("ratio_to_ceiling %.3f\n", ratio);
-    std::printf("ratio_min %.3f\n", *std::min_element(ratios.begin(), ratios.end()));
-    std::printf("ratio_max %.3f\n", *std::max_element(ratios.begin(), ratios.end()));
+    fmt::print("ratio_to_ceiling {:.3f}\n", ratio);
+    fmt::print("ratio_min {:.3f}\n", *std::min_element(ratios.begin(), ratios.end()));
+    fmt::print("ratio_max {:.3f}\n", *std::max_element(ratios.begin(), ratios.end()));
   }
   // The same by CPU time (steadier when other processes share the cores).
-  if (run_rumor) std::printf("rumor_cpu_samples_per_s %.1f\n", median(rumor_cpu));
-  if (run_ceiling) std::printf("ceiling_cpu_samples_per_s %.1f\n", median(ceil_cpu));
-  if (!ratios_cpu.empty()) std::printf("ratio_to_ceiling_cpu %.3f\n", median(ratios_cpu));
+  if (run_rumor) fmt::print("rumor_cpu_samples_per_s {:.1f}\n", median(rumor_cpu));
+  if (run_ceiling) fmt::print("ceiling_cpu_samples_per_s {:.1f}\n", median(ceil_cpu));
+  if (!ratios_cpu.empty()) fmt::print("ratio_to_ceiling_cpu {:.3f}\n", median(ratios_cpu));
   // GEMM work per second (the same products on both sides).
   const double gflop_per_sample = ceiling.flops() / static_cast<double>(args.batch) * 1e-9;
-  if (run_rumor && dense) std::printf("rumor_gemm_gflops %.1f\n", rm * gflop_per_sample);
-  if (run_ceiling) std::printf("ceiling_gemm_gflops %.1f\n", cm * gflop_per_sample);
-  std::printf("param_count %zu\n", trainer.model().param_count());
-  std::printf("bench_max_rss_kib %ld\n", max_rss_kib());
+  if (run_rumor && dense) fmt::print("rumor_gemm_gflops {:.1f}\n", rm * gflop_per_sample);
+  if (run_ceiling) fmt::print("ceiling_gemm_gflops {:.1f}\n", cm * gflop_per_sample);
+  fmt::print("param_count {}\n", trainer.model().param_count());
+  fmt::print("bench_max_rss_kib {}\n", max_rss_kib());
   if (!ratios.empty())
-    std::printf("target_ratio_to_ceiling 0.80 %s\n", ratio >= 0.80 ? "met" : "NOT_MET");
-  if (sink == 12345.678) std::printf("# %g\n", sink);  // never true; keeps the work alive
+    fmt::print("target_ratio_to_ceiling 0.80 {}\n", ratio >= 0.80 ? "met" : "NOT_MET");
+  if (sink == 12345.678) fmt::print("# {:g}\n", sink);  // never true; keeps the work alive
   return 0;
 }
