@@ -14,6 +14,16 @@ constexpr std::uint64_t kModelStream = 0;  // class means, or W and b
 constexpr std::uint64_t kTrainStream = 1;
 constexpr std::uint64_t kTestStream = 2;
 
+// One split ("train" or "test") of a task named `source`: rows x dim features, not yet drawn.
+Dataset empty_split(const std::string& source, const char* split, std::size_t rows, std::size_t dim) {
+  Dataset d;
+  d.name = source + "/" + split;
+  d.rows = rows;
+  d.dim = dim;
+  d.x.resize(rows * dim);
+  return d;
+}
+
 }  // namespace
 
 Task gaussian_mixture_task(std::size_t train_rows, std::size_t test_rows, std::size_t dim,
@@ -44,12 +54,8 @@ Task gaussian_mixture_task(std::size_t train_rows, std::size_t test_rows, std::s
 
   auto draw = [&](std::size_t rows, std::uint64_t stream, const char* split) {
     Rng rng = root.fork(stream);
-    Dataset d;
-    d.name = source + "/" + split;
-    d.rows = rows;
-    d.dim = dim;
+    Dataset d = empty_split(source, split, rows, dim);
     d.classes = classes;
-    d.x.resize(rows * dim);
     d.labels.resize(rows);
     for (std::size_t r = 0; r < rows; ++r) {
       const auto c = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(classes)));
@@ -81,13 +87,9 @@ Task linear_regression_task(std::size_t train_rows, std::size_t test_rows, std::
 
   auto draw = [&](std::size_t rows, std::uint64_t stream, const char* split) {
     Rng rng = root.fork(stream);
-    Dataset d;
-    d.name = source + "/" + split;
-    d.rows = rows;
-    d.dim = dim;
+    Dataset d = empty_split(source, split, rows, dim);
     d.classes = 0;
     d.target_dim = target_dim;
-    d.x.resize(rows * dim);
     d.targets.resize(rows * target_dim);
     std::vector<double> xr(dim);
     for (std::size_t r = 0; r < rows; ++r) {
