@@ -281,14 +281,16 @@ void PeerLoop::begin_settling(double settle_s, double settle_max_s) {
   settle_deadline_.begin(env_.now());
 }
 
-// Once an exchange found the models equal, at the pace training had (one exchange per H
-// steps' worth of step time), so settling costs no more bytes per second than training did;
-// while they still differ, at least every kSettleTickUntrained, so that the peers end together
-// even where a step is slow (a Python peer's, a CNN's).
+// At the pace training had (one exchange per H steps' worth of step time), so settling costs no
+// more bytes per second than training did. A pause has a deadline to end by rather than a
+// settled state to reach, so while its last exchange found the models apart it exchanges at
+// least every kSettleTickUntrained, so that the peers end together even where a step is slow
+// (a Python peer's, a CNN's); once they are equal, at training's pace again.
 double PeerLoop::settle_tick() const {
   const double pace = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
-  return gossip_.stats().last_distance < LoopSettings::kSettledDistance ? pace
-                                                                         : std::min(pace, LoopSettings::kSettleTickUntrained);
+  if (pausing_ && !(gossip_.stats().last_distance < LoopSettings::kSettledDistance))
+    return std::min(pace, LoopSettings::kSettleTickUntrained);
+  return pace;
 }
 
 LoopAction PeerLoop::begin_leave() {
@@ -324,8 +326,10 @@ LoopAction PeerLoop::settle_next() {
   const double end = settle_deadline_.end(settle_s_, settle_max_s_);
   // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it
   // only stops starting exchanges. Settling after training ends there.
-  const bool over = pausing_ ? false : gossip_.view().live_count() == 0 || settled;
-  if (now >= end - 1e-12 || over || stop_requested_) {
+  const bool alone = gossip_.view().live_count() == 0;
+  const bool answer_only = pausing_ && (settled || alone);
+  if (!answer_only) idle_if_due(tick, tick);
+  if (now >= end - 1e-12 || (!pausing_ && (alone || settled)) || stop_requested_) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, pausing_ ? "pause" : "");
     if (pausing_) {
@@ -337,9 +341,7 @@ LoopAction PeerLoop::settle_next() {
     enter(LoopPhase::Final);
     return next();
   }
-  if (pausing_ && (settled || gossip_.view().live_count() == 0)) return wait_until(end);  // answer only
-  idle_if_due(tick, tick);
-  return wait_until(std::min(last_idle_ + tick, end));
+  return answer_only ? wait_until(end) : wait_until(std::min(last_idle_ + tick, end));
 }
 
 }  // namespace rumor

@@ -204,8 +204,8 @@ class PeerLoop {
   LoopAction begin_leave();
   void begin_settling(double settle_s, double settle_max_s);
   LoopAction settle_next();
-  // The pace of settling exchanges: every kSettleTickUntrained (or faster, at training's pace)
-  // while the last exchange found the models apart; at training's pace once they are equal.
+  // The pace of settling exchanges: training's; in a pause, every kSettleTickUntrained (or
+  // faster, at training's pace) while the last exchange found the models apart.
   double settle_tick() const;
   // Gossip::on_idle at most once per `interval`, letting it start an exchange at most once
   // per `exchange_every` (a multiple of interval, or equal to it).
