@@ -28,7 +28,8 @@ constexpr const char* kTrust = "Trust (docs/security.md)";
 
 const Knob kKnobs[] = {
     // When to stop. Python's loop decides that itself.
-    {"epochs", "workload", T::Real, 1e-9, 1e9, nullptr, "epochs", kStop, "Passes over this peer's shard", kNoPython,
+    {"epochs", "workload", T::Real, 0, 1e9, nullptr, "epochs", kStop, "Passes over this peer's shard (0: no epoch budget)",
+     kNoPython,
      RUMOR_FIELD(epochs)},
     {"steps", "workload", T::Count, 0, 1e15, nullptr, "steps", kStop, "Local optimizer steps (replaces the epoch budget)",
      kNoPython, RUMOR_FIELD(steps)},

@@ -64,7 +64,7 @@ std::string AlgorithmRun::summary_json() const {
     j["graph_period"] = w.spectrum.period;
   }
   j["peers"] = w.n;
-  j["local_steps"] = w.s.local_steps;
+  j["local_steps"] = w.s.loop.gossip.local_steps;
   j["param_count"] = w.P;
   j["message_bytes"] = w.B;
   j["allreduce_time"] = w.allreduce_time();

@@ -117,14 +117,14 @@ struct AlgorithmRun::Impl {
     clock.assign(n, 0.0);
     // Steps per peer: workload.steps, else epochs of the mean shard, else until run.duration,
     // else 5 epochs (the gossip simulator's default).
-    if (s.steps > 0) {
-      R = s.steps;
-    } else if (s.workload == WorkloadKind::Model && s.training && (s.epochs > 0 || (s.duration <= 0 && s.peer_duration <= 0))) {
+    if (s.loop.steps > 0) {
+      R = s.loop.steps;
+    } else if (s.workload == WorkloadKind::Model && s.training && s.loop.epochs > 0) {
       double rows = 0;
       for (std::uint32_t i = 0; i < n; ++i) rows += static_cast<double>(work->shard_rows(i));
       const double per_epoch = std::ceil(rows / n / static_cast<double>(s.batch));
-      R = static_cast<std::uint64_t>(std::ceil((s.epochs > 0 ? s.epochs : 5.0) * per_epoch));
-    } else if (s.duration <= 0 && s.peer_duration <= 0) {
+      R = static_cast<std::uint64_t>(std::ceil(s.loop.epochs * per_epoch));
+    } else if (s.duration <= 0 && s.loop.duration_s <= 0) {
       throw std::invalid_argument(std::string("algorithm.kind = ") + algorithm_name(s.algorithm) +
                                   ": give workload.steps (rounds) or run.duration");
     }
@@ -221,7 +221,7 @@ struct AlgorithmRun::Impl {
   double server_latency() const { return s.latency; }
 
   bool stop() const {
-    return (R > 0 && round >= R) || (s.duration > 0 && now >= s.duration) || (s.peer_duration > 0 && now >= s.peer_duration);
+    return (R > 0 && round >= R) || (s.duration > 0 && now >= s.duration) || (s.loop.duration_s > 0 && now >= s.loop.duration_s);
   }
 
   // ---------------------------------------------------------------- samples
@@ -274,7 +274,7 @@ struct AlgorithmRun::Impl {
   // ---------------------------------------------------------------- rounds
   bool comm_round() const {
     if (is_server(s.algorithm)) return true;
-    return (round + 1) % s.local_steps == 0;
+    return (round + 1) % s.loop.gossip.local_steps == 0;
   }
 
   // Each peer's message of a D-PSGD / SGP round to its out-neighbours, leaving at send_at[j];

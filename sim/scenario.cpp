@@ -7,6 +7,8 @@
 // their own files: the [sweep] axes (scenario_sweep.cpp) and the Poisson churn draws (churn.cpp).
 #include "sim/scenario.hpp"
 
+#include "core/knobs.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -63,23 +65,34 @@ const std::set<std::string> kListKeys = {"network.link", "network.partition", "c
                                          "churn.crash", "churn.leave", "churn.join"};
 const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
                                           "exchange_cpu", "eval_time", "start"};
-const std::map<std::string, std::set<std::string>> kKeys = {
-    {"run", {"seed", "duration", "peers", "settle", "settle_max"}},
+// The loop's knobs join their sections from core's table (core/knobs.hpp), with the older
+// spelling of a key where one is still read.
+std::map<std::string, std::set<std::string>> with_loop_knobs(std::map<std::string, std::set<std::string>> keys) {
+  for (const Knob& k : loop_knobs()) {
+    if (!(k.scope & Knob::kSim)) continue;
+    keys[k.section].insert(k.name);
+    if (k.legacy_key) {
+      const std::string legacy = k.legacy_key;
+      const auto dot = legacy.find('.');
+      keys[legacy.substr(0, dot)].insert(legacy.substr(dot + 1));
+    }
+  }
+  return keys;
+}
+
+const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
+    {"run", {"seed", "duration", "peers"}},
     {"algorithm", {"kind", "combine", "weights", "degree", "outer_lr", "outer_momentum", "nesterov", "staleness",
                    "server_bandwidth", "header_bytes"}},
     {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
-                  "schedule", "warmup_steps", "decay_fraction", "batch", "epochs", "steps", "duration", "peer_seeds", "dim",
+                  "schedule", "warmup_steps", "decay_fraction", "batch", "peer_seeds", "dim",
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
-    {"gossip", {"local_steps", "max_in_flight", "mix_weight", "exchange_timeout", "suspect_timeout", "suspect_after",
-                "failure_backoff", "join_retry", "digest_limit", "topology", "bootstrap", "staleness", "codec",
-                "topk_fraction", "probe_interval", "probe_timeout", "fetch_state", "state_timeout", "leave_timeout",
-                "state_wait", "leave_wait", "stream_exchanges"}},
+    {"gossip", {"topology", "bootstrap", "fetch_state"}},
     {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition"}},
     {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
-    {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "eval_every_steps", "log_exchanges",
-                "log_views"}},
-};
+    {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "log_exchanges", "log_views"}},
+});
 }  // namespace ini
 
 namespace {
@@ -106,6 +119,7 @@ class Builder {
     run(s);
     algorithm(s);
     workload(s);
+    loop(s);
     gossip(s);
     compute_and_classes(s);
     network(s);
@@ -174,8 +188,32 @@ class Builder {
   void run(Scenario& s) {
     get("run.seed", s.seed);
     dur("run.duration", s.duration);
-    dur("run.settle", s.settle);
-    dur("run.settle_max", s.settle_max);
+  }
+
+  // The loop's knobs, read through core's table: the same parser, ranges and messages as
+  // rumor-peer's flags.
+  void loop(Scenario& s) {
+    const auto given = [&](const Knob& k) -> const RawValue* {
+      if (const RawValue* v = r_.last(knob_key(k))) return v;
+      return k.legacy_key ? r_.last(k.legacy_key) : nullptr;
+    };
+    for (const Knob& k : loop_knobs()) {
+      if (!(k.scope & Knob::kSim)) continue;
+      if (const RawValue* v = given(k)) {
+        try {
+          set_knob(k, s.loop, v->value);
+        } catch (const KnobError& e) {
+          fail(v->where, knob_key(k), e.what());
+        }
+      }
+    }
+    // The stop rules: an explicit step or time budget replaces the default epochs (as
+    // rumor-peer's flags); with none given, a run with a run.duration, or one that does not
+    // train, goes on until then (the simulator checks that something ends it).
+    const bool epochs = given(*find_knob("epochs")) != nullptr;
+    const bool budget = given(*find_knob("steps")) || given(*find_knob("duration"));
+    apply_stop_precedence(s.loop, epochs, budget);
+    if (!epochs && !budget && (s.duration > 0 || s.workload != WorkloadKind::Model || !s.training)) s.loop.epochs = 0;
   }
 
   void algorithm(Scenario& s) {
@@ -225,7 +263,7 @@ class Builder {
     if (!s.churn.empty()) fail(aw, "churn", alg + ": churn is only simulated for gossip");
     if (!s.partitions.empty()) fail(aw, "network.partition", alg + ": partitions are only simulated for gossip");
     if (s.loss > 0) fail(aw, "network.loss", alg + ": message loss is only simulated for gossip");
-    if (s.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
+    if (s.loop.gossip.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
     if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
     if (s.peer_evals) fail(aw, "output.peer_evals", alg + ": per-peer evaluations are only simulated for gossip");
     const std::uint32_t n = s.founders;
@@ -267,10 +305,6 @@ class Builder {
       fail(where_of("workload.decay_fraction"), "workload.decay_fraction", "must be in [0, 1]");
     get("workload.batch", s.batch);
     if (s.batch == 0) fail(where_of("workload.batch"), "workload.batch", "must be >= 1");
-    get("workload.epochs", s.epochs);
-    positive("workload.epochs", s.epochs, true);
-    get("workload.steps", s.steps);
-    dur("workload.duration", s.peer_duration);
     if (const RawValue* v = r_.last("workload.peer_seeds")) {
       if (v->value == "same") s.same_seed = true;
       else if (v->value == "distinct") s.same_seed = false;
@@ -323,26 +357,6 @@ class Builder {
   }
 
   void gossip(Scenario& s) {
-    get("gossip.local_steps", s.local_steps);
-    if (s.local_steps == 0) fail(where_of("gossip.local_steps"), "gossip.local_steps", "must be >= 1");
-    get("gossip.max_in_flight", s.max_in_flight);
-    if (s.max_in_flight < 1 || s.max_in_flight > 2)
-      fail(where_of("gossip.max_in_flight"), "gossip.max_in_flight", "must be 1 or 2 (core/gossip.hpp explains why)");
-    if (const RawValue* v = r_.last("gossip.mix_weight")) {
-      if (v->value == "uniform") s.mix_samples = false;
-      else if (v->value == "samples") s.mix_samples = true;
-      else fail(v->where, "gossip.mix_weight", "'" + v->value + "' is not one of uniform, samples");
-    }
-    dur("gossip.exchange_timeout", s.exchange_timeout);
-    positive("gossip.exchange_timeout", s.exchange_timeout);
-    dur("gossip.suspect_timeout", s.suspect_timeout);
-    dur("gossip.failure_backoff", s.failure_backoff);
-    dur("gossip.join_retry", s.join_retry);
-    positive("gossip.join_retry", s.join_retry);
-    get("gossip.suspect_after", s.suspect_after);
-    if (s.suspect_after < 1) fail(where_of("gossip.suspect_after"), "gossip.suspect_after", "must be >= 1");
-    get("gossip.digest_limit", s.digest_limit);
-    if (s.digest_limit < 1) fail(where_of("gossip.digest_limit"), "gossip.digest_limit", "must be >= 1");
     choice("gossip.topology", s.topology,
            {{"complete", Topology::Complete}, {"ring", Topology::Ring}, {"torus", Topology::Torus},
             {"hypercube", Topology::Hypercube}, {"exponential", Topology::Exponential}, {"exp", Topology::Exponential},
@@ -351,31 +365,7 @@ class Builder {
             {"random_directed", Topology::RandomDirected}});
     choice("gossip.bootstrap", s.bootstrap,
            {{"seed", Bootstrap::Seed}, {"neighbours", Bootstrap::Neighbours}, {"all", Bootstrap::All}});
-    if (const RawValue* v = r_.last("gossip.staleness")) {
-      if (v->value == "inf" || v->value == "infinity") {
-        s.staleness = INFINITY;
-      } else {
-        s.staleness = to_number(v->value, v->where, "gossip.staleness", nullptr);
-        if (s.staleness < 0) fail(v->where, "gossip.staleness", "must be >= 0 (or inf)");
-      }
-    }
-    if (const RawValue* v = r_.last("gossip.codec")) {
-      try {
-        s.codec = parse_codec(v->value);
-      } catch (const std::invalid_argument& e) {
-        fail(v->where, "gossip.codec", e.what());
-      }
-    }
-    if (get("gossip.topk_fraction", s.topk_fraction) && !(s.topk_fraction > 0 && s.topk_fraction <= 1))
-      fail(where_of("gossip.topk_fraction"), "gossip.topk_fraction", "must lie in (0, 1]");
-    if (dur("gossip.probe_interval", s.probe_interval)) positive("gossip.probe_interval", s.probe_interval);
-    if (dur("gossip.probe_timeout", s.probe_timeout)) positive("gossip.probe_timeout", s.probe_timeout);
     get("gossip.fetch_state", s.fetch_state);
-    get("gossip.stream_exchanges", s.stream_exchanges);
-    if (dur("gossip.state_timeout", s.state_timeout)) positive("gossip.state_timeout", s.state_timeout);
-    if (dur("gossip.leave_timeout", s.leave_timeout)) positive("gossip.leave_timeout", s.leave_timeout);
-    dur("gossip.state_wait", s.state_wait);
-    dur("gossip.leave_wait", s.leave_wait);
   }
 
   void class_keys(const std::string& prefix, PeerClass& c) {
@@ -726,7 +716,6 @@ class Builder {
     get("output.eval_peers", s.eval_peers);
     get("output.eval_rows", s.eval_rows);
     get("output.peer_evals", s.peer_evals);
-    get("output.eval_every_steps", s.eval_every_steps);
     get("output.log_exchanges", s.log_exchanges);
     get("output.log_views", s.log_views);
     if (s.duration > 0 && s.duration / s.sample_every > 1e6)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "core/peer_loop.hpp"
 
 namespace rumor::sim {
 
@@ -125,8 +126,6 @@ struct Scenario {
   // [run]
   std::uint64_t seed = 1;
   double duration = 0;         // hard end of virtual time; 0 = when every peer is done
-  double settle = 3.0;         // like rumor-peer --settle (its default)
-  double settle_max = 60;      // like rumor-peer --settle-max: while a peer is still training
   // [workload]
   WorkloadKind workload = WorkloadKind::Model;
   bool training = true;        // false: pure averaging (peers tick, parameters never trained)
@@ -139,9 +138,6 @@ struct Scenario {
   std::uint64_t warmup_steps = 0;
   double decay_fraction = 0.3;  // schedule wsd: the part of the steps that decays
   std::size_t batch = 64;
-  double epochs = 0;           // per-peer stopping rules (the first one reached, like rumor-peer);
-  std::uint64_t steps = 0;     // all 0 = 5 epochs (model) / until `duration`
-  double peer_duration = 0;    //   seconds of a peer's own life
   bool same_seed = true;       // every peer's trainer uses `seed` (rumor-peer's default)
   std::size_t dim = 100;       // quadratic / averaging vector length
   double curvature_min = 1, curvature_max = 1;  // h_j log-spaced in [min, max]
@@ -153,24 +149,16 @@ struct Scenario {
   // the model kind, normal for the quadratic.
   double init_mean = 0, init_sd = 1;
   std::string init_values = "auto";
-  // [gossip]
-  std::uint64_t local_steps = 1;
-  std::size_t max_in_flight = 2;
-  bool mix_samples = false;
-  double exchange_timeout = 5, suspect_timeout = 5, failure_backoff = 1, join_retry = 1;
-  int suspect_after = 3;
-  std::size_t digest_limit = 32;
+  // The loop's knobs (core/knobs.hpp: the same table as rumor-peer's flags, keys
+  // `section.name`: run.settle, workload.epochs, gossip.local_steps, output.eval_every, ...),
+  // with core's defaults. The stop rules: workload.epochs (5 by default), workload.steps,
+  // workload.duration; with none given, a run with run.duration (or without training) runs
+  // until then.
+  LoopSettings loop;
+  // [gossip], the simulator's own
   Topology topology = Topology::Complete;
   Bootstrap bootstrap = Bootstrap::Seed;
-  double staleness = INFINITY;       // core's bounded staleness (SSP); inf = asynchronous
-  PayloadCodec codec = PayloadCodec::None;
-  double topk_fraction = 0.01;
-  double probe_interval = 0.5, probe_timeout = 0.25;  // SWIM failure detector
   bool fetch_state = true;           // joiners fetch the swarm's model (state transfer)
-  bool stream_exchanges = true;      // core's GossipConfig::stream_exchanges (off: one-shot exchanges)
-  double state_timeout = 2.0, leave_timeout = 1.5;
-  double state_wait = 60;            // a joiner that got no model by then trains from its own (daemon: 60 s)
-  double leave_wait = 4;             // a leaving peer exits by then even without a LeaveAck (daemon: 4 s)
   // [network]
   double latency = 50e-6;      // one-way base latency of every link
   double jitter = 0;           // mean of an exponential extra delay per message
@@ -196,8 +184,7 @@ struct Scenario {
   double sample_every = 1.0;
   std::size_t eval_peers = 4;
   std::size_t eval_rows = 0;       // 0 = the whole test set
-  bool peer_evals = false;         // per-peer evaluations at the daemon's points
-  std::uint64_t eval_every_steps = 0;  // peer_evals: 0 = once per epoch (rumor-peer's default)
+  bool peer_evals = false;         // per-peer evaluations at the daemon's points (loop.eval_every)
   bool log_exchanges = false, log_views = false;
 };
 

@@ -30,36 +30,12 @@ namespace rumor::sim {
 bool aligned_heap();  // sim/aligned_new.cpp: makes runs independent of allocation history
 
 
-// A peer's loop settings from the scenario (docs/sim.md names the keys after rumor-peer's flags).
+// A peer's loop settings from the scenario: its knobs (core/knobs.hpp), with what the
+// simulator decides itself (evaluations only with output.peer_evals; no epochs without training).
 inline LoopSettings loop_settings(const Scenario& s) {
-  LoopSettings ls;
-  GossipConfig& gc = ls.gossip;
-  gc.local_steps = s.local_steps;
-  gc.mix_weight = s.mix_samples ? MixWeight::Samples : MixWeight::Uniform;
-  gc.max_in_flight = s.max_in_flight;
-  gc.exchange_timeout_s = s.exchange_timeout;
-  gc.failure_backoff_s = s.failure_backoff;
-  gc.suspect_after_failures = s.suspect_after;
-  gc.suspect_timeout_s = s.suspect_timeout;
-  gc.join_retry_s = s.join_retry;
-  gc.digest_limit = s.digest_limit;
-  gc.staleness = s.staleness;
-  gc.codec = s.codec;
-  gc.topk_fraction = s.topk_fraction;
-  gc.probe_interval_s = s.probe_interval;
-  gc.probe_timeout_s = s.probe_timeout;
-  gc.stream_exchanges = s.stream_exchanges;
-  gc.state_timeout_s = s.state_timeout;
-  gc.leave_timeout_s = s.leave_timeout;
-  ls.steps = s.steps;
-  ls.epochs = s.training ? s.epochs : 0;
-  ls.duration_s = s.peer_duration;
+  LoopSettings ls = s.loop;
+  if (!s.training) ls.epochs = 0;
   ls.evaluate = s.peer_evals;
-  ls.eval_every = s.eval_every_steps;
-  ls.state_wait_s = s.state_wait;
-  ls.leave_wait_s = s.leave_wait;
-  ls.settle_s = s.settle;
-  ls.settle_max_s = s.settle_max;
   return ls;
 }
 

@@ -21,14 +21,10 @@ Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(
   // Eigen's own threads would make the sums' order depend on timing. Only written when it
   // differs: sweeps construct simulations on two threads at once (run_sweep sets it first).
   if (math_threads() != 1) set_math_threads(1);
-  // Stop rules: rumor-peer's default of 5 epochs when nothing else is said.
-  const bool told = s.steps || s.epochs > 0 || s.peer_duration > 0;
-  if (!told && s.duration <= 0) {
-    if (s.workload == WorkloadKind::Model && s.training)
-      s.epochs = 5;
-    else
-      throw ScenarioError(s.source + ": workload: say when peers stop: workload.steps, workload.duration or run.duration");
-  }
+  // Stop rules (the scenario applied core's defaults: 5 epochs of a model being trained).
+  const bool told = s.loop.steps || (s.training && s.loop.epochs > 0) || s.loop.duration_s > 0;
+  if (!told && s.duration <= 0)
+    throw ScenarioError(s.source + ": workload: say when peers stop: workload.steps, workload.duration or run.duration");
   work = std::make_unique<Workload>(s, s.total_ids);
   std::vector<std::uint32_t> class_of(s.total_ids, 0);
   std::uint32_t id = 0;

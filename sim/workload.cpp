@@ -215,7 +215,7 @@ ScheduleConfig Workload::schedule_config(std::uint32_t index) const {
   if (s_.schedule == "cosine" || s_.schedule == "wsd") {
     // rumor-peer's rule: decay over the run's steps (or epochs) unless told otherwise.
     const std::uint64_t per_epoch = (shard_rows(index) + s_.batch - 1) / s_.batch;
-    sc.total_steps = s_.steps ? s_.steps : static_cast<std::uint64_t>(std::ceil(s_.epochs * static_cast<double>(per_epoch)));
+    sc.total_steps = s_.loop.steps ? s_.loop.steps : static_cast<std::uint64_t>(std::ceil(s_.loop.epochs * static_cast<double>(per_epoch)));
   }
   return sc;
 }

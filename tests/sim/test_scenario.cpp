@@ -65,7 +65,7 @@ sample_every = 500ms
   CHECK(s.curvature_min == doctest::Approx(0.1));
   CHECK(s.curvature_max == doctest::Approx(10));
   CHECK(s.topology == Topology::Ring);
-  CHECK(s.local_steps == 4);
+  CHECK(s.loop.gossip.local_steps == 4);
   CHECK(s.latency == doctest::Approx(0.02));
   CHECK(s.jitter == doctest::Approx(0.001));
   REQUIRE(s.classes.size() == 2);
