@@ -3,6 +3,9 @@
 
 #include <zlib.h>
 
+#include <cstdio>
+
+#include "core/knobs.hpp"
 #include "process.hpp"
 #ifdef RUMOR_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
@@ -108,4 +111,33 @@ TEST_CASE("cli: --device cuda without a CUDA backend or a GPU fails clearly, bef
   CHECK(log.find(expect) != std::string::npos);
   CHECK(log.find("loaded in") == std::string::npos);  // failed before loading data or training
   CHECK(log.find("epoch") == std::string::npos);
+}
+
+TEST_CASE("cli: every loop knob is a flag with the table's default, and a bad value gets the table's words") {
+  auto d = temp_dir("knobs");
+  std::string help;  // --help goes to stdout
+  {
+    std::FILE* f = ::popen((peer_binary() + " --help").c_str(), "r");
+    REQUIRE(f);
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) help.append(buf, n);
+    REQUIRE(::pclose(f) == 0);
+  }
+  const rumor::LoopSettings defaults;
+  for (const rumor::Knob& k : rumor::loop_knobs()) {
+    if (!(k.scope & rumor::Knob::kDaemon)) continue;
+    CAPTURE(k.name);
+    const std::string flag = rumor::knob_flag(k);
+    const auto at = help.find(flag + " ") != std::string::npos ? help.find(flag + " ") : help.find(flag + "=");
+    REQUIRE(at != std::string::npos);
+    const std::string shown = k.default_text ? k.default_text : rumor::knob_value(k, defaults);
+    CHECK(help.substr(at, help.find('\n', at) - at).find("=" + shown) != std::string::npos);
+  }
+  // The same words as the scenario key and the Python keyword (core's set_knob).
+  Process p({"--exchange-timeout", "5 parsecs", "--data", "synthetic"}, d / "bad");
+  CHECK(p.wait(10) == 2);
+  CHECK(p.log().find("--exchange-timeout: unknown time unit 'parsecs'") != std::string::npos);
+  Process q({"--staleness", "1.5", "--data", "synthetic"}, d / "bad2");
+  CHECK(q.wait(10) == 2);
+  CHECK(q.log().find("--staleness: expected a whole number of steps >= 0, or inf, got '1.5'") != std::string::npos);
 }

@@ -400,3 +400,32 @@ def test_context_manager_and_misuse():
         rumor.Peer(local_steps=0)
     with pytest.raises(rumor.RumorError):
         rumor.Peer().begin_step()  # nothing bound
+
+
+def test_every_loop_knob_is_a_keyword_with_the_flags_default_and_checks():
+    """rumor.Peer's settings come from the C++ table that rumor-peer's flags and rumor-sim's keys
+    come from: the same names (a flag's, '-' -> '_'), defaults, parser and messages."""
+    assert {"local_steps", "staleness", "codec", "mix_weight", "exchange_timeout", "min_peers", "settle",
+            "settle_max", "robust", "probe_interval"} <= set(rumor.KNOBS)
+    assert "epochs" not in rumor.KNOBS and "steps" not in rumor.KNOBS  # the user's loop decides when to stop
+    for name, k in rumor.KNOBS.items():
+        assert k["flag"] == "--" + name.replace("_", "-")
+        if k["default"] != "auto":
+            rumor.Peer(**{name: k["default"]})  # the default, in the flag's text form, is accepted
+    with pytest.raises(ValueError, match=r"exchange_timeout: unknown time unit 'parsecs'"):
+        rumor.Peer(exchange_timeout="5 parsecs")
+    with pytest.raises(ValueError, match=r"staleness: expected a whole number of steps >= 0, or inf, got '1.5'"):
+        rumor.Peer(staleness=1.5)
+    with pytest.raises(ValueError, match=r"max_in_flight: '3' is out of range \(expected 1..2\)"):
+        rumor.Peer(max_in_flight=3)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'local_step'"):
+        rumor.Peer(local_step=2)
+    # HOST:PORT through the one C++ parser: [IPv6] and names too.
+    rumor.Peer(listen="[::1]:0")
+    rumor.Peer(join=["localhost:7000", "[::1]:7001"])
+    with pytest.raises(ValueError, match=r"bad join '\[::1\]': unterminated \[IPv6\]"):
+        rumor.Peer(join=["[::1]"])
+    # Python values in: bool, inf, durations with units; a bound peer runs with them.
+    with rumor.Peer(local_steps=4, staleness=math.inf, robust=True, settle="250ms", exchange_timeout=2) as p:
+        p.bind(fingerprint(4), 4)
+        assert p.stats()["peers"] == 1
