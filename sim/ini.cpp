@@ -1,8 +1,11 @@
 // The scenario INI reader and value conversions (see ini.hpp).
 #include "sim/ini.hpp"
 
+#include "core/knobs.hpp"
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -170,22 +173,15 @@ void convert(const std::string& v, const std::string& where, const std::string& 
 using ini::fail;
 using ini::to_number;
 
+// Durations are read by core's parser (core/knobs.hpp), as rumor-peer's flags are.
 double parse_duration(const std::string& v, const std::string& where, const std::string& key) {
-  std::string u;
-  double x = to_number(v, where, key, &u);
-  if (u.empty() || u == "s") {
-  } else if (u == "ms") {
-    x *= 1e-3;
-  } else if (u == "us") {
-    x *= 1e-6;
-  } else if (u == "min") {
-    x *= 60;
-  } else if (u == "h") {
-    x *= 3600;
-  } else {
-    fail(where, key, "unknown time unit '" + u + "' (use s, ms, us, min or h)");
+  double x = 0;
+  try {
+    x = parse_seconds(v);
+  } catch (const KnobError& e) {
+    fail(where, key, e.what());
   }
-  if (x < 0) fail(where, key, "a duration cannot be negative, got '" + v + "'");
+  if (!std::isfinite(x)) fail(where, key, "expected a number, got '" + v + "'");
   return x;
 }
 
