@@ -4,11 +4,14 @@
     bench/sim_compare.py --real DIR_WITH_p1..p4.jsonl --sim RUMOR_SIM_OUT_DIR
 
 Peers are matched by shard: the real p1..p4 (--shard 1/4..4/4) are the simulated p0..p3.
-Wall time: the daemon's `done.wall_s` (training loop + settle + evaluations, after loading and
-state transfer) against the simulated `done` row's value (the same span in virtual time).
+Wall time, two ways: from the start of training (the daemon's `done.wall_s`: training loop,
+settling and evaluations, after loading and the wait for --min-peers) against the simulated
+`done` row's value; and from launch (the first peer's process start to this peer's `done`)
+against the simulated `done` time.
 Accuracy: the k-th evaluation of each peer (at the start, after every epoch, at the end), real
-against simulated, in points of test accuracy, with the steps of both.
-Exit status 0 always: this reports, the thresholds are read by people (docs/sim.md).
+against simulated, in points of test accuracy, with the steps of both; and against steps.
+Exit status 0, or with --check F: 1 when a wall-time error exceeds F (a fraction) or the
+accuracy misses by more than the targets times (1 + F) (docs/sim.md, "Calibration").
 """
 import argparse
 import csv
@@ -22,7 +25,7 @@ def real_peers(d):
     out = {}
     for path in sorted(glob.glob(os.path.join(d, "p*.jsonl"))):
         name = os.path.basename(path)[:-6]
-        evals, done = [], None
+        evals, done, start = [], None, None
         with open(path) as f:
             for line in f:
                 try:
@@ -33,8 +36,13 @@ def real_peers(d):
                     evals.append((e["step"], e["test_acc"]))
                 elif e.get("event") == "done":
                     done = e
+                elif e.get("event") == "start":
+                    start = e
         k = int(name[1:]) - 1  # shard k+1/4 <-> simulated p<k>
-        out[k] = {"evals": evals, "wall": done.get("wall_s") if done else None, "name": name}
+        # The process started t_offset seconds before its "start" line; "t" counts from then.
+        launch = start["unix_time"] - start["t_offset"] if start else None
+        out[k] = {"evals": evals, "wall": done.get("wall_s") if done else None, "name": name, "launch": launch,
+                  "done_unix": launch + done["t"] if (launch is not None and done) else None}
     return out
 
 
@@ -43,11 +51,12 @@ def sim_peers(d):
     with open(os.path.join(d, "events.csv")) as f:
         for r in csv.DictReader(f):
             k = int(r["peer"][1:])
-            p = out.setdefault(k, {"evals": [], "wall": None, "name": r["peer"]})
+            p = out.setdefault(k, {"evals": [], "wall": None, "name": r["peer"], "done_t": None})
             if r["event"] == "eval":
                 p["evals"].append((int(r["clock"]), float(r["value"])))
             elif r["event"] == "done":
                 p["wall"] = float(r["value"])
+                p["done_t"] = float(r["time"])
     return out
 
 
@@ -55,11 +64,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--real", required=True)
     ap.add_argument("--sim", required=True)
+    ap.add_argument("--check", type=float, default=None, metavar="F",
+                    help="exit 1 unless every wall time is within F (e.g. 0.3) and accuracy within the targets x (1+F)")
     a = ap.parse_args()
     real, sim = real_peers(a.real), sim_peers(a.sim)
     if not real:
         print("no p*.jsonl in", a.real)
         return 0
+    errors = []  # |relative error| of every wall time compared
+    print("from the start of training:")
     print("peer   wall real   wall sim   error")
     walls = []
     for k in sorted(real):
@@ -69,6 +82,7 @@ def main():
             continue
         err = (s["wall"] - r["wall"]) / r["wall"]
         walls.append((r["wall"], s["wall"]))
+        errors.append(abs(err))
         print(f"{r['name']:5s}  {r['wall']:8.2f} s {s['wall']:8.2f} s  {100 * err:+6.1f}%")
     if walls:
         mr = sum(w[0] for w in walls) / len(walls)
@@ -76,6 +90,26 @@ def main():
         print(f"mean   {mr:8.2f} s {ms:8.2f} s  {100 * (ms - mr) / mr:+6.1f}%")
         xr, xs = max(w[0] for w in walls), max(w[1] for w in walls)
         print(f"max    {xr:8.2f} s {xs:8.2f} s  {100 * (xs - xr) / xr:+6.1f}%   (the run's training wall time)")
+        errors.append(abs((xs - xr) / xr))
+    launched = [real[k]["launch"] for k in real if real[k]["launch"] is not None]
+    if launched:
+        t0 = min(launched)
+        print("\nfrom launch (the first peer's process start):")
+        print("peer   done real   done sim   error")
+        ends = []
+        for k in sorted(real):
+            r, s = real[k], sim.get(k)
+            if not s or r["done_unix"] is None or s["done_t"] is None:
+                continue
+            dr = r["done_unix"] - t0
+            err = (s["done_t"] - dr) / dr
+            ends.append((dr, s["done_t"]))
+            errors.append(abs(err))
+            print(f"{r['name']:5s}  {dr:8.2f} s {s['done_t']:8.2f} s  {100 * err:+6.1f}%")
+        if ends:
+            xr, xs = max(e[0] for e in ends), max(e[1] for e in ends)
+            print(f"run    {xr:8.2f} s {xs:8.2f} s  {100 * (xs - xr) / xr:+6.1f}%   (launch to the last peer's end)")
+            errors.append(abs((xs - xr) / xr))
     print()
     print("peer   eval  step real  step sim   acc real  acc sim   diff (points)")
     diffs = []
@@ -99,7 +133,9 @@ def main():
         xs = [e[0] for e in s["evals"]]
         ys = [e[1] for e in s["evals"]]
         for sr, ar in real[k]["evals"]:
-            if sr < xs[0] or sr > xs[-1]:
+            # Not the evaluation at step 0: whether an exchange with a peer that started a few
+            # ms earlier lands before it is a race the simulation does not reproduce.
+            if sr == 0 or sr < xs[0] or sr > xs[-1]:
                 continue
             for i in range(1, len(xs)):
                 if xs[i] >= sr:
@@ -107,13 +143,35 @@ def main():
                     by_step.append(abs(100 * (ys[i - 1] + f * (ys[i] - ys[i - 1]) - ar)))
                     break
     if by_step:
-        print(f"accuracy against steps (simulated curve interpolated at the real steps): mean |diff| "
+        print(f"accuracy against steps (simulated curve interpolated at the real steps, after step 0): mean |diff| "
               f"{sum(by_step) / len(by_step):.2f} points, max {max(by_step):.2f} points over {len(by_step)} evaluations")
     finals = [(real[k]["evals"][-1][1], sim[k]["evals"][-1][1]) for k in sorted(real) if k in sim and real[k]["evals"] and sim[k]["evals"]]
+    final_diff = None
     if finals:
-        print(f"final accuracy: real {sum(f[0] for f in finals) / len(finals):.4f}, simulated "
-              f"{sum(f[1] for f in finals) / len(finals):.4f} (mean over peers)")
-    return 0
+        fr, fs = sum(f[0] for f in finals) / len(finals), sum(f[1] for f in finals) / len(finals)
+        final_diff = abs(100 * (fs - fr))
+        print(f"final accuracy: real {fr:.4f}, simulated {fs:.4f} (mean over peers)")
+    if a.check is None:
+        return 0
+    # The targets (wall within 15%, accuracy against steps within 1 point on average and 2 at
+    # worst, final within 1 point), each with the margin --check gives for noise.
+    f = a.check
+    failures = []
+    if not errors or not by_step or final_diff is None:
+        failures.append("nothing to compare (a peer's metrics are missing)")
+    if errors and max(errors) > f:
+        failures.append(f"a wall time is {100 * max(errors):.1f}% off (more than {100 * f:.0f}%)")
+    if by_step and sum(by_step) / len(by_step) > 1.0 * (1 + f):
+        failures.append(f"accuracy against steps is {sum(by_step) / len(by_step):.2f} points off on average")
+    if by_step and max(by_step) > 2.0 * (1 + f):
+        failures.append(f"accuracy against steps is {max(by_step):.2f} points off at worst")
+    if final_diff is not None and final_diff > 1.0 * (1 + f):
+        failures.append(f"the final accuracy is {final_diff:.2f} points off")
+    for x in failures:
+        print("CHECK FAILED:", x)
+    if not failures:
+        print(f"check passed: every wall time within {100 * f:.0f}%, accuracy within the targets x {1 + f:g}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -125,9 +125,17 @@ void Gossip::report_change(const View::Change& c) {
     case MemberState::Dead:
       if (c.before) env_.event(ev(K::Dead, c.id));
       break;
-    case MemberState::Left:
+    case MemberState::Left: {
       if (c.before) env_.event(ev(K::Leave, c.id));
+      // A member that left answers nothing more: an exchange we started with it and that it
+      // has not accepted will never be (a finished peer announces its leave once it is done,
+      // possibly with our request unanswered in its inbox). Give it up now rather than at its
+      // deadline: it holds one of our max_in_flight slots, and settling waits on it. Nothing
+      // was mixed on either side (the leaver mixes only after it accepts).
+      const std::size_t i = find_out(c.id);
+      if (i != static_cast<std::size_t>(-1) && !out_[i].accepted) decline_exchange(i, "the peer left the swarm");
       break;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 // seed; the one line about wall time and memory goes to stderr only.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <sys/resource.h>
 
@@ -19,6 +20,7 @@
 
 #include "core/model.hpp"
 #include "data/dataset.hpp"
+#include "sim/peer_flags.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
@@ -79,6 +81,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--calibrate-out", calib_out, "--calibrate: write the fragment here (default: stdout)");
   app.add_option("--data", data, "--calibrate: data directory")->capture_default_str();
+  std::string peer_flags_of;
+  app.add_option("--peer-flags", peer_flags_of,
+                 "Print the rumor-peer flags that run peer K of the scenario for real (K, or `all`: one line per "
+                 "founder), and exit; examples/quickstart.sh starts its peers so");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -123,6 +129,24 @@ int main(int argc, char** argv) {
   bool swept = false;
   try {
     const rumor::sim::Scenario s = rumor::sim::load_scenario(scenario_path, sets);
+    if (!peer_flags_of.empty()) {
+      std::uint32_t first = 1, last = s.founders;
+      if (peer_flags_of != "all") {
+        try {
+          first = last = static_cast<std::uint32_t>(std::stoul(peer_flags_of));
+        } catch (const std::exception&) {
+          throw rumor::sim::ScenarioError("--peer-flags '" + peer_flags_of + "': expected a peer number K or all");
+        }
+      }
+      for (std::uint32_t k = first; k <= last; ++k) {
+        const auto flags = rumor::sim::peer_flags(s, k);
+        for (const auto& f : flags)
+          if (f.empty() || f.find_first_of(" \t\n'\"") != std::string::npos)
+            throw rumor::sim::ScenarioError("--peer-flags: '" + f + "' would not survive the shell's word splitting");
+        fmt::print("{}\n", fmt::join(flags, " "));
+      }
+      return 0;
+    }
     if (!s.sweep.empty()) {
       // A grid: every combination checked first, then run `sweep.parallel` at a time.
       swept = true;

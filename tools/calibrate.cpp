@@ -267,20 +267,9 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     out.single_step_time = since(t0) / 50;
   }
   {
-    // The quickstart's joiners: launched once the first peer listens, they load the data
-    // (nice 0) while it trains (nice 5). How long until they can join?
-    log << "calibrate: " << (c.procs - 1) << " processes loading while one trains\n";
-    const pid_t stepper = ::fork();
-    if (stepper < 0) throw std::runtime_error("fork failed");
-    if (stepper == 0) {
-      if (::setpriority(PRIO_PROCESS, 0, 5) != 0) {
-      }
-      TrainerConfig tc;
-      tc.model = c.model;
-      tc.batch = c.batch;
-      Trainer t(tc, std::make_shared<Dataset>(shards[0]), shards[0].dim, static_cast<std::size_t>(shards[0].classes));
-      for (;;) t.step();
-    }
+    // The quickstart's joiners: launched once the first peer listens, they load the data at
+    // once while it waits for them (--min-peers). How long until they can join?
+    log << "calibrate: " << (c.procs - 1) << " processes loading at once\n";
     std::vector<pid_t> loaders;
     std::vector<int> pipes;
     for (int i = 1; i < c.procs; ++i) {
@@ -310,9 +299,6 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
       ::waitpid(loaders[i], &st, 0);
       ::close(pipes[i]);
     }
-    ::kill(stepper, SIGKILL);
-    int st = 0;
-    ::waitpid(stepper, &st, 0);
     out.joiner_load_time = total;
   }
   log << "calibrate: loopback TCP\n";
@@ -337,7 +323,7 @@ std::string calibration_fragment(const Calibration& r, const CalibrationConfig& 
                 "# Written by `rumor-sim --calibrate --procs %d` on this machine (%d cores): %s, batch %zu, Adam.\n"
                 "# One process alone steps in %.3f ms; %d at once take %.3f ms a step each (%.2fx).\n"
                 "# load_time_s = %.3f (loading the data set and cutting a shard, alone)\n"
-                "# joiner_load_s = %.3f (the same by %d processes at once while one trains: the quickstart's joiners)\n"
+                "# joiner_load_s = %.3f (the same by %d processes at once: the quickstart's joiners, while the first waits)\n"
                 "# Include it from a scenario (include = FILE) to predict a real run of %d peers here.\n"
                 "[compute]\n"
                 "shared_cores = %d\n"

@@ -37,7 +37,7 @@ struct Calibration {
   double bandwidth = 0, latency = 0;
   double single_step_time = 0;        // one process alone
   double load_time = 0;               // loading Fashion-MNIST and cutting a shard, alone
-  double joiner_load_time = 0;        // the same, procs - 1 at once while one process trains
+  double joiner_load_time = 0;        // the same, procs - 1 at once (the first waits for them: --min-peers)
   std::size_t payload_bytes = 0;      // the model's parameters as an exchange payload
   int cores = 0;
 };
