@@ -33,6 +33,7 @@ PYBIND11_MODULE(_rumor, m) {
   py::register_exception<rumor::python::WaitTimeout>(m, "WaitTimeout", PyExc_TimeoutError);
   py::register_exception<rumor::python::ForkedChild>(m, "ForkedChild", PyExc_RuntimeError);
   py::register_exception<rumor::python::Diverged>(m, "Diverged", PyExc_RuntimeError);
+  py::register_exception<rumor::python::UnknownKnob>(m, "UnknownKnob", PyExc_TypeError);
 
   py::class_<Node>(m, "Node", py::buffer_protocol())
       .def(py::init([](std::string fingerprint, std::size_t size, std::string listen, std::vector<std::string> join,
@@ -148,14 +149,8 @@ PYBIND11_MODULE(_rumor, m) {
     return out;
   });
   m.def("check_knob", [](const std::string& name, const std::string& value) {
-    const rumor::Knob* k = rumor::find_knob(name);
-    if (!k || !(k->scope & rumor::Knob::kPython)) throw py::type_error("unknown setting '" + name + "'");
     rumor::LoopSettings scratch;
-    try {
-      rumor::set_knob(*k, scratch, value);
-    } catch (const rumor::KnobError& e) {
-      throw py::value_error(name + ": " + e.what());
-    }
+    rumor::python::apply_knob(scratch, name, value);  // UnknownKnob: TypeError; bad value: ValueError
   });
   m.def("parse_host_port", [](const std::string& s, const std::string& what, bool allow_zero) {
     const rumor::net::HostPort hp = rumor::net::parse_host_port(s, what.c_str(), allow_zero);  // ValueError

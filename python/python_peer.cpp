@@ -31,19 +31,25 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const std::
 }
 
 
+}  // namespace
+
+void apply_knob(LoopSettings& s, const std::string& name, const std::string& value) {
+  const Knob* k = find_knob(name);
+  if (!k || !(k->scope & Knob::kPython)) throw UnknownKnob("unknown setting '" + name + "'");
+  try {
+    set_knob(*k, s, value);
+  } catch (const KnobError& e) {
+    throw std::invalid_argument(name + ": " + e.what());
+  }
+}
+
+namespace {
+
 // The loop's settings of a Python peer: the user's knobs over core's defaults, and what this
 // driver decides itself.
 LoopSettings python_loop_settings(const NodeOptions& o) {
   LoopSettings ls;
-  for (const auto& [name, value] : o.knobs) {
-    const Knob* k = find_knob(name);
-    if (!k || !(k->scope & Knob::kPython)) throw std::invalid_argument("unknown setting '" + name + "'");
-    try {
-      set_knob(*k, ls, value);
-    } catch (const KnobError& e) {
-      throw std::invalid_argument(name + ": " + e.what());
-    }
-  }
+  for (const auto& [name, value] : o.knobs) apply_knob(ls, name, value);
   ls.evaluate = false;                       // the user's loop evaluates (report())
   ls.epochs = 0;                             // ... and decides when training ends (close())
   ls.gossip.join_timeout_s = INFINITY;       // join(timeout) bounds the wait for a member

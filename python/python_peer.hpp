@@ -57,6 +57,14 @@ struct NodeOptions {
   std::vector<std::pair<std::string, std::string>> knobs;
 };
 
+// A keyword that is not one of the loop's knobs a Python peer has (TypeError in Python).
+struct UnknownKnob : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+// Sets knob `name` (core/knobs.hpp) of `s` from its text: UnknownKnob, or std::invalid_argument
+// naming the knob and what it accepts.
+void apply_knob(LoopSettings& s, const std::string& name, const std::string& value);
+
 // What join() found: "ready" (step: the swarm's step, 0 when none was taken), "mismatch" (the
 // members train another model; reason: the transport's line with both fingerprints) or
 // "timeout" (reason: the last problem seen, if any).
