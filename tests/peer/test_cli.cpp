@@ -6,7 +6,9 @@
 #include <cstdio>
 
 #include "core/knobs.hpp"
+#include "peer/config.hpp"
 #include "process.hpp"
+#include "sim/peer_flags.hpp"
 #ifdef RUMOR_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
 #endif
@@ -140,4 +142,29 @@ TEST_CASE("cli: every loop knob is a flag with the table's default, and a bad va
   Process q({"--staleness", "1.5", "--data", "synthetic"}, d / "bad2");
   CHECK(q.wait(10) == 2);
   CHECK(q.log().find("--staleness: expected a whole number of steps >= 0, or inf, got '1.5'") != std::string::npos);
+}
+
+TEST_CASE("cli: a scenario's --peer-flags are what rumor-peer parses into the same settings") {
+  const auto s = rumor::sim::load_scenario(std::string(RUMOR_SOURCE_DIR) + "/examples/sim/quickstart.ini",
+                                           {"gossip.local_steps=8", "gossip.codec=int8", "gossip.robust=on",
+                                            "run.settle=250ms", "gossip.staleness=4", "workload.lr=2e-3"});
+  for (std::uint32_t k = 1; k <= s.founders; ++k) {
+    CAPTURE(k);
+    std::vector<std::string> args = {"rumor-peer"};
+    for (const auto& f : rumor::sim::peer_flags(s, k)) args.push_back(f);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    const auto r = rumor::peer::parse_command_line(static_cast<int>(argv.size()), argv.data());
+    REQUIRE(r.config);
+    const auto& c = *r.config;
+    CHECK(c.shard == std::to_string(k) + "/4");
+    CHECK(c.model == s.model);
+    CHECK(c.schedule.base_lr == doctest::Approx(2e-3));
+    for (const rumor::Knob& knob : rumor::loop_knobs())
+      if ((knob.scope & rumor::Knob::kDaemon) && (knob.scope & rumor::Knob::kSim)) {
+        CAPTURE(knob.name);
+        CHECK(rumor::knob_value(knob, c.loop) == rumor::knob_value(knob, s.loop));
+      }
+  }
+  CHECK(s.loop.min_peers == 4);  // the quickstart's peers start together
 }
