@@ -154,7 +154,6 @@ std::string Node::received_extra_state() {
   return b ? std::string(b->begin(), b->end()) : std::string();
 }
 
-void Node::drain() { rt_->drain(); }
 
 bool Node::take_delta() {
   if (!maybe_written_) return false;

@@ -143,8 +143,6 @@ class Node final : public LoopModel {
 
  private:
   void check_process() const;
-  // Takes the shadow (if the buffer was copied into since) and hands queued inputs to Gossip.
-  void drain();
   // Drives the loop (Runtime::next_action) until it says Step. False on timeout, on exit, or as
   // soon as give_up() says so.
   bool until_step(double timeout_s, const std::function<bool()>& give_up = {});
