@@ -302,9 +302,42 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     out.joiner_load_time = total;
   }
   log << "calibrate: loopback TCP\n";
-  const std::size_t bytes = c.tcp_mb << 20;
-  const double secs = tcp_seconds(bytes, &out.latency);
-  out.bandwidth = static_cast<double>(bytes) / secs;
+  {
+    double idle_latency = 0;
+    out.idle_bandwidth = static_cast<double>(c.tcp_mb << 20) / tcp_seconds(c.tcp_mb << 20, &idle_latency);
+  }
+  {
+    // Loopback TCP as the peers' I/O threads see it during the run: the copies are CPU work,
+    // done while `procs` compute threads (nice 5) keep the cores busy. Measured on an idle
+    // machine it was several times faster, and the simulated exchanges then completed about
+    // twice as often per step as the real ones, each charging its CPU.
+    log << "calibrate: loopback TCP while " << c.procs << " processes train\n";
+    std::vector<pid_t> steppers;
+    for (int i = 0; i < c.procs; ++i) {
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("fork failed");
+      if (pid == 0) {
+        if (::setpriority(PRIO_PROCESS, 0, 5) != 0) {
+        }
+        TrainerConfig tc;
+        tc.model = c.model;
+        tc.batch = c.batch;
+        const Dataset& sh = shards[static_cast<std::size_t>(i) % shards.size()];
+        Trainer t(tc, std::make_shared<Dataset>(sh), sh.dim, static_cast<std::size_t>(sh.classes));
+        for (;;) t.step();
+      }
+      steppers.push_back(pid);
+    }
+    ::usleep(200000);  // let them start stepping
+    const std::size_t bytes = c.tcp_mb << 20;
+    const double secs = tcp_seconds(bytes, &out.latency);
+    out.bandwidth = static_cast<double>(bytes) / secs;
+    for (const pid_t pid : steppers) ::kill(pid, SIGKILL);
+    for (const pid_t pid : steppers) {
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+    }
+  }
   log << "calibrate: step " << out.step_time * 1e3 << " ms with " << c.procs << " at once (" << out.single_step_time * 1e3
       << " ms alone), exchange CPU " << out.exchange_cpu * 1e3 << " ms/message, eval " << out.eval_time << " s, loopback "
       << out.bandwidth / 1e9 << " GB/s, latency " << out.latency * 1e6 << " us\n";
@@ -317,7 +350,8 @@ std::string calibration_fragment(const Calibration& r, const CalibrationConfig& 
   const double factor = std::max(1.0, static_cast<double>(c.procs) / std::max(1, r.cores));
   // Per payload message and end: the user-space work measured, plus the kernel's copy of the
   // bytes through the loopback socket (each end copies them once: the time of a transfer).
-  const double exchange_cpu = r.exchange_cpu / factor + static_cast<double>(r.payload_bytes) / r.bandwidth;
+  // (The copy's CPU is its cost alone: the simulator stretches it by the shared cores itself.)
+  const double exchange_cpu = r.exchange_cpu / factor + static_cast<double>(r.payload_bytes) / r.idle_bandwidth;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "# Written by `rumor-sim --calibrate --procs %d` on this machine (%d cores): %s, batch %zu, Adam.\n"

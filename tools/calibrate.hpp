@@ -13,7 +13,9 @@
 //                 the distance and the mix (net/ and core/ code), with `procs` at once; plus
 //                 the kernel's socket copy (payload bytes / loopback bandwidth);
 //   eval_time     one evaluation on the whole test set, with `procs` at once;
-//   bandwidth     loopback TCP throughput (one connection, 1 MiB writes);
+//   bandwidth     loopback TCP throughput (one connection, 1 MiB writes) while `procs`
+//                 processes train, as the peers' I/O threads see it in the run; alone
+//                 (idle_bandwidth) for the CPU one copy costs;
 //   latency       half the loopback TCP round trip of a small message.
 #pragma once
 #include <ostream>
@@ -35,6 +37,7 @@ struct Calibration {
   double step_time = 0, step_sd = 0;  // seconds; relative sd over the processes' steps
   double exchange_cpu = 0, eval_time = 0;
   double bandwidth = 0, latency = 0;
+  double idle_bandwidth = 0;          // the same with nothing else running
   double single_step_time = 0;        // one process alone
   double load_time = 0;               // loading Fashion-MNIST and cutting a shard, alone
   double joiner_load_time = 0;        // the same, procs - 1 at once (the first waits for them: --min-peers)
