@@ -249,10 +249,12 @@ bool Node::serve(double seconds, double max_seconds) {
   PeerLoop& loop = rt_->loop();
   if (seconds < 0) seconds = loop.settings().settle_s;
   if (max_seconds < 0) max_seconds = loop.settings().settle_max_s;
-  // The loop's pause ends itself (its deadline rule); ours only bounds a pause that never
-  // began (outside training) or a loop that keeps waiting.
+  // The loop's pause ends itself (its deadline rule: at most max(seconds, max_seconds), plus
+  // `seconds` once the last member behind caught up); ours only bounds a pause that never
+  // began (outside training: `seconds`) or a loop that keeps waiting.
   loop.pause(seconds, max_seconds);
-  for (const double end = rt_->now() + std::max(seconds, max_seconds);;) {
+  const bool training = loop.phase() == LoopPhase::Training;
+  for (const double end = rt_->now() + (training ? std::max(seconds, max_seconds) + seconds : seconds);;) {
     const LoopAction a = rt_->next_action(end);
     if (a.kind != LoopAction::Kind::Evaluate) break;  // Step: the pause is over; Exit; Wait: our deadline
   }
