@@ -19,7 +19,7 @@ namespace {
 using T = Knob::Type;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr unsigned kAll = Knob::kAll, kNoPython = Knob::kDaemon | Knob::kSim;
-constexpr const char* kStop = "When to stop (the first reached)";
+constexpr const char* kStop = Knob::kStopGroup;
 constexpr const char* kNet = "Network and gossip";
 constexpr const char* kTune = "Protocol tuning (defaults suit most runs)";
 constexpr const char* kTrust = "Trust (docs/security.md)";

@@ -44,6 +44,8 @@ struct Knob {
   };
   // Which worlds offer it (Python's loop decides when training stops, so it has no stop rules).
   static constexpr unsigned kDaemon = 1, kSim = 2, kPython = 4, kAll = 7;
+  // The group of the stop rules (rumor-peer --help lists it before the network's).
+  static constexpr const char* kStopGroup = "When to stop (the first reached)";
   using Field = std::variant<double*, std::uint64_t*, int*, bool*, MixWeight*, PayloadCodec*>;
 
   const char* name;     // snake_case: the Python keyword and the scenario key's last part

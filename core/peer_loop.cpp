@@ -73,12 +73,14 @@ void PeerLoop::pause(double seconds, double max_seconds) {
 
 void PeerLoop::end_pause() {
   pause_pending_ = false;
-  if (pausing_) {  // the driver stopped waiting first: back to training at the next next()
-    pausing_ = false;
-    emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, env_.now() - phase_start_,
-         gossip_.stats().last_distance, "pause");
-    enter(LoopPhase::Training);
-  }
+  if (pausing_) resume_training();  // the driver stopped waiting first
+}
+
+void PeerLoop::resume_training() {
+  pausing_ = false;
+  emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, env_.now() - phase_start_,
+       gossip_.stats().last_distance, "pause");
+  enter(LoopPhase::Training);
 }
 
 void PeerLoop::reset_interval() {
@@ -329,14 +331,13 @@ LoopAction PeerLoop::settle_next() {
   const bool alone = gossip_.view().live_count() == 0;
   const bool answer_only = pausing_ && (settled || alone);
   if (!answer_only) idle_if_due(tick, tick);
-  if (now >= end - 1e-12 || (!pausing_ && (alone || settled)) || stop_requested_) {
+  if (pausing_ && (now >= end - 1e-12 || stop_requested_)) {
+    resume_training();  // a stop request is seen there, at the top of Training
+    return next();
+  }
+  if (!pausing_ && (now >= end - 1e-12 || alone || settled || stop_requested_)) {
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
-         gossip_.stats().last_distance, pausing_ ? "pause" : "");
-    if (pausing_) {
-      pausing_ = false;
-      enter(LoopPhase::Training);
-      return next();
-    }
+         gossip_.stats().last_distance, "");
     if (stop_requested_) return begin_leave();
     enter(LoopPhase::Final);
     return next();

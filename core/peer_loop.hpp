@@ -203,6 +203,8 @@ class PeerLoop {
   LoopAction after_training();
   LoopAction begin_leave();
   void begin_settling(double settle_s, double settle_max_s);
+  // A pause is over: say so (a Settled event, "pause") and go back to Training.
+  void resume_training();
   LoopAction settle_next();
   // The pace of settling exchanges: training's; in a pause, every kSettleTickUntrained (or
   // faster, at training's pace) while the last exchange found the models apart.

@@ -65,7 +65,7 @@ ParseResult parse_command_line(int argc, char** argv) {
   // keywords. --listen and --join, which are not knobs, open the "Network and gossip" group.
   const auto add_knobs = [&](bool stop_group) {
     for (const Knob& k : loop_knobs()) {
-      if (!(k.scope & Knob::kDaemon) || (std::string_view(k.group) == "When to stop (the first reached)") != stop_group)
+      if (!(k.scope & Knob::kDaemon) || (std::string_view(k.group) == Knob::kStopGroup) != stop_group)
         continue;
       const std::string flag = knob_flag(k);
       std::string help = k.help;
