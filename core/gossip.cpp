@@ -85,37 +85,81 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   clock_ = clock;
   samples_ = samples;
   view_.self().clock = clock;
+  view_.self().samples = samples;
+  ++model_version_;
   ++steps_since_exchange_;
   if (steps_since_exchange_ >= cfg_.local_steps && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_)
     start_exchange();
 }
 
-void Gossip::start_exchange() {
+bool Gossip::useful(const Member& m) const {
+  return !(m.ex_distance < kAgreeDistance) || m.d.clock != m.ex_clock || m.ex_version != model_version_;
+}
+
+bool Gossip::anyone_useful() const {
+  for (const Member* m : view_.alive())
+    if (!m->d.done || useful(*m)) return true;
+  return false;
+}
+
+double Gossip::slowest_training_step() const {
+  double s = 0;
+  for (const Member* m : view_.alive())
+    if (!m->d.done) s = std::max(s, m->step_seconds);
+  return s;
+}
+
+void Gossip::mixed_with(const PeerId& peer, std::uint64_t their_clock) {
+  if (!(stats_.last_distance < kAgreeDistance)) ++model_version_;
+  if (Member* m = view_.find(peer)) {
+    m->ex_distance = stats_.last_distance;
+    m->ex_clock = their_clock;
+    m->ex_version = model_version_;
+  }
+}
+
+bool Gossip::start_exchange(Partners partners) {
   const double now = env_.now();
   std::vector<PeerId> candidates;
-  const auto usable = [&](const PeerId& id, const Member& m) {
-    return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id);
+  // Members still training come first: while any is alive, only those are picked (one that is
+  // busy now is tried again at the next chance rather than passed over for a finished one).
+  // A member whose last model we refused or clipped (bad input, --robust) counts as finished
+  // here: picked only when no other is left, so that it cannot draw a peer's exchanges to itself
+  // by looking like the last one training. `training`: only members still training.
+  const auto usable = [&](const PeerId& id, const Member& m, bool training) {
+    return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id) &&
+           (!training || (!m.d.done && !m.screened)) && (partners == Partners::Any || useful(m));
   };
-  if (cfg_.neighbours.empty()) {
-    // Uniform over the usable Alive members. Most are usable, so a few random draws from the
-    // Alive list find one in O(1) even in a swarm of thousands; only when those all miss is
-    // the list scanned.
-    const auto& alive = view_.alive();
-    for (int tries = 0; tries < 8 && !alive.empty(); ++tries) {
-      const Member* m = alive[env_.rng().below(alive.size())];
-      if (usable(m->d.id, *m)) {
-        candidates.push_back(m->d.id);
-        break;
+  bool anyone_training = false;
+  for (const bool training : {true, false}) {
+    if (!training && anyone_training) break;
+    if (cfg_.neighbours.empty()) {
+      // Uniform over the usable Alive members. Most are usable, so a few random draws from
+      // the Alive list find one in O(1) even in a swarm of thousands; only when those all
+      // miss is the list scanned.
+      const auto& alive = view_.alive();
+      for (int tries = 0; training && tries < 8 && !alive.empty(); ++tries) {
+        const Member* m = alive[env_.rng().below(alive.size())];
+        if (usable(m->d.id, *m, true)) {
+          candidates.push_back(m->d.id);
+          break;
+        }
       }
+      if (candidates.empty())
+        for (const Member* m : alive) {
+          anyone_training = anyone_training || (!m->d.done && !m->screened);
+          if (usable(m->d.id, *m, training)) candidates.push_back(m->d.id);
+        }
+    } else {
+      for (const auto& id : cfg_.neighbours)
+        if (const Member* m = view_.find(id); m && m->d.state == MemberState::Alive) {
+          anyone_training = anyone_training || (!m->d.done && !m->screened);
+          if (usable(id, *m, training)) candidates.push_back(id);
+        }
     }
-    if (candidates.empty())
-      for (const Member* m : alive)
-        if (usable(m->d.id, *m)) candidates.push_back(m->d.id);
-  } else {
-    for (const auto& id : cfg_.neighbours)
-      if (const Member* m = view_.find(id); m && usable(id, *m)) candidates.push_back(id);
+    if (!candidates.empty()) break;
   }
-  if (candidates.empty()) return;  // stays due: starts as soon as someone is available
+  if (candidates.empty()) return false;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
   ExchangeMsg h = our_exchange_header(o.id, o.weight);
@@ -135,6 +179,7 @@ void Gossip::start_exchange() {
   env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
+  return true;
 }
 
 bool Gossip::answering(const PeerId& peer) const {
@@ -188,23 +233,25 @@ void Gossip::schedule_suspicion(const PeerId& peer) {
   env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
 }
 
-void Gossip::on_idle(bool exchange) {
-  if (exchange && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_) start_exchange();
+bool Gossip::on_idle(bool exchange, Partners partners) {
+  const bool started =
+      exchange && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_ && start_exchange(partners);
   // Probe the members holding the bound back, so news of their clocks reaches us even when no
   // exchange with them is under way.
   if (std::isfinite(cfg_.staleness) && !may_step()) {
     const std::uint64_t slowest = slowest_clock();
     for (const auto& [id, m] : view_.members())
-      if (m.d.state == MemberState::Alive && m.d.clock == slowest)
+      if (m.d.state == MemberState::Alive && !m.d.done && m.d.clock == slowest)
         env_.send(id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest(), {}}));
   }
+  return started;
 }
 
 std::uint64_t Gossip::slowest_clock() const {
   std::uint64_t s = clock_;
   bool any = false;
   for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Alive) {
+    if (m.d.state == MemberState::Alive && !m.d.done) {
       s = any ? std::min(s, m.d.clock) : m.d.clock;
       any = true;
     }
@@ -392,6 +439,7 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
 }
 
 void Gossip::reject(const PeerId& from, const std::string& reason) {
+  if (Member* m = view_.find(from)) m->screened = true;
   ++stats_.rejected;
   env_.event(ev(ProtocolEvent::Kind::Rejected, from, reason));
   env_.disconnect(from);

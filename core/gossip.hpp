@@ -162,13 +162,36 @@ class Gossip {
   void on_message(const PeerId& from, const Message& msg);
   void on_timer(std::uint64_t id);
   void on_send_failed(const PeerId& peer, const std::string& reason);
+  // Whom an exchange may go to. Any: every usable live member (training). Useful (settling,
+  // a pause): only those it can change a model with: a member whose clock moved since our last
+  // exchange with it (it trained), whose last exchange with us found the models apart
+  // (distance >= kAgreeDistance) or came before our own model last changed, or that we have
+  // not exchanged with yet. Either way members still training come first: a member that has
+  // finished (MemberDigest::done), or whose last model we refused or clipped, is picked only
+  // when none of the others is alive.
+  enum class Partners { Any, Useful };
+  // Two models closer than this (relative distance) are taken as equal.
+  static constexpr double kAgreeDistance = 1e-6;
   // Not training (waiting on the staleness bound, or settling after training): start an
   // exchange if a slot is free (and `exchange` says so), whatever H says, and probe the
-  // slowest members so their clocks reach us.
-  void on_idle(bool exchange = true);
+  // slowest members so their clocks reach us. True if an exchange was started.
+  bool on_idle(bool exchange = true, Partners partners = Partners::Any);
+  // Training is over for good in this incarnation (settling, leaving, or the end): our digest
+  // says so from now on.
+  void set_done() { view_.self().done = true; }
+  bool done() const { return view_.self().done; }
+  // A member `useful` to exchange with as Partners::Useful says (it need not be usable now).
+  bool useful(const Member& m) const;
+  // Some live member is useful, or one is still training.
+  bool anyone_useful() const;
+  // The slowest step time among the alive members still training, as their clocks' advance
+  // shows it (0: none known): settling exchanges no faster than H of those.
+  double slowest_training_step() const;
+  // How many times our model has changed: steps, and mixes that found the models apart.
+  std::uint64_t model_version() const { return model_version_; }
 
   // Staleness: may the next step start? slowest_clock(): smallest clock of the other alive
-  // members we know of (our own clock when we know of none).
+  // members still training (not done) that we know of (our own clock when there are none).
   bool may_step() const;
   std::uint64_t slowest_clock() const;
 
@@ -252,7 +275,11 @@ class Gossip {
   };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
-  void start_exchange();
+  // Starts an exchange with a partner as `partners` says; false if none is usable.
+  bool start_exchange(Partners partners = Partners::Any);
+  // An exchange with `peer` mixed (either role; stats_.last_distance holds its distance):
+  // remember it for Partners::Useful.
+  void mixed_with(const PeerId& peer, std::uint64_t their_clock);
   // Gives up exchange `it` (nothing mixed on our side). `peer_busy`: the peer answered (it is
   // healthy), so the failure is not held against it.
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
@@ -338,6 +365,7 @@ class Gossip {
   bool join_deadline_passed_ = false, join_failed_ = false, founded_ = false;
   std::map<PeerId, std::string> join_errors_;  // seed -> last send failure while joining
   std::uint64_t clock_ = 0, samples_ = 0;
+  std::uint64_t model_version_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;

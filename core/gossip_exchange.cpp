@@ -143,6 +143,7 @@ ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight
 }
 
 void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock) {
+  mixed_with(from, their_clock);
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
@@ -290,6 +291,7 @@ void Gossip::complete_exchange(std::size_t index) {
     theirs = Pieces(model);
   }
   stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
+  mixed_with(from, h.clock);
   ++stats_.exchanges;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;
@@ -323,6 +325,7 @@ bool Gossip::screen_model(const PeerId& from, RobustMix& robust, std::span<const
   if (!robust.enabled()) return true;
   RobustMix::Verdict v;
   const std::span<const float> out = robust.screen(from, model, ours, robust_scratch_, v);
+  if (Member* m = view_.find(from)) m->screened = v.action != RobustMix::Action::Accept;
   if (v.action == RobustMix::Action::Accept) return true;
   if (v.action == RobustMix::Action::Clip) {
     ++stats_.robust_clipped;

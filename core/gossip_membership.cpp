@@ -226,6 +226,7 @@ void Gossip::on_state_chunk(const PeerId& from, const Message& msg) {
 
 void Gossip::finish_state_transfer(const PeerId& from, std::string note) {
   std::copy(transfer_->buffer.begin(), transfer_->buffer.end(), params_.begin());
+  ++model_version_;
   const std::uint64_t step = transfer_->step;
   if (transfer_->extra) received_extra_ = std::make_shared<const Bytes>(std::move(transfer_->extra_buffer));
   adopted_step_ = step;
@@ -298,6 +299,7 @@ void Gossip::on_leave(const PeerId& from, const Message& msg) {
       const std::vector<float> mine(params_.begin(), params_.end());
       stats_.last_distance = relative_distance(mine, theirs);
       mix_into(params_, theirs, mine, b / (a + b));
+      if (!(stats_.last_distance < kAgreeDistance)) ++model_version_;
       ProtocolEvent e = ev(ProtocolEvent::Kind::Handover, from);
       e.distance = stats_.last_distance;
       e.other = l.clock;

@@ -72,6 +72,7 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
     sparse_ref_[j] = params_[j];
   }
   stats_.last_distance = nx > 0 ? std::sqrt(d / nx) : 0.0;
+  mixed_with(from, h.clock);
   ++stats_.exchanges;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;

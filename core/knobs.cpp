@@ -69,6 +69,11 @@ const Knob kKnobs[] = {
      "While a peer in the view is still training (behind our step count), settle up to SEC seconds, so the last "
      "to finish still has neighbours to average with",
      kAll, RUMOR_FIELD(settle_max_s)},
+    {"settle_interval_max", "run", T::Seconds, 0, 3600, nullptr, "s", kTune,
+     "Settling starts exchanges only with peers it can change a model with, no faster than the slowest "
+     "training peer's H steps; while peers still train, or once the models agree, the interval doubles after "
+     "each, up to SEC seconds",
+     kAll, RUMOR_FIELD(settle_interval_max_s)},
     {"suspect_timeout", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kNet,
      "Seconds a suspected peer has to refute before it is declared dead", kAll, RUMOR_FIELD(gossip.suspect_timeout_s)},
     {"probe_interval", "gossip", T::Seconds, 0.01, 60, nullptr, "s", kNet,

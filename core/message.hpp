@@ -19,8 +19,9 @@ using Bytes = std::vector<std::uint8_t>;
 
 // 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64;
 // 4: the state transfer can carry the source's extra state after the model; 5: an exchange's
-// snapshot can travel in chunks, each its own message (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 5;
+// snapshot can travel in chunks, each its own message; 6: a member's digest carries its samples
+// and whether it has finished training (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 6;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)

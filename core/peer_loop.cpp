@@ -107,14 +107,16 @@ double PeerLoop::training_pace(double floor, double untrained) const {
   return std::max(floor, stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps));
 }
 
-void PeerLoop::idle_if_due(double interval, double exchange_every) {
+bool PeerLoop::idle_if_due(double interval, double exchange_every, Gossip::Partners partners) {
   const double now = env_.now();
+  bool started = false;
   if (last_idle_ < 0 || now - last_idle_ >= interval - 1e-12) {
     const bool exchange = last_idle_exchange_ < 0 || now - last_idle_exchange_ >= exchange_every - 1e-12;
-    gossip_.on_idle(exchange);
+    started = gossip_.on_idle(exchange, partners);
     if (exchange) last_idle_exchange_ = now;
     last_idle_ = now;
   }
+  return started;
 }
 
 LoopAction PeerLoop::next() {
@@ -248,6 +250,7 @@ void PeerLoop::step_done(double loss, double seconds, std::uint64_t batch_sample
     exit_code_ = 1;
     emit(ProtocolEvent::Kind::Diverged, model_.steps(), 0, 0, 0, std::to_string(loss));
     stats_.training_ended = env_.now();
+    gossip_.set_done();
     enter(LoopPhase::Final);  // no settling with a broken model; nothing of it is sent any more
     return;
   }
@@ -264,6 +267,7 @@ LoopAction PeerLoop::after_training() {
     emit(ProtocolEvent::Kind::Wait, model_.steps(), wait_slowest_, w, 0, "");
   }
   stats_.training_ended = env_.now();
+  gossip_.set_done();  // our digest says so: trainers pick others first, nobody waits for our clock
   if (stop_requested_) return begin_leave();
   if (s_.settle_s > 0 && gossip_.view().live_count() > 0) {
     begin_settling(s_.settle_s, s_.settle_max_s);
@@ -280,16 +284,19 @@ void PeerLoop::begin_settling(double settle_s, double settle_max_s) {
   settle_before_ = settle_seen_ = exchanges();
   settle_initiated_ = gossip_.stats().exchanges;
   settle_close_ = 0;
+  settle_interval_ = 0;
   settle_deadline_.begin(env_.now());
 }
 
-// At the pace training had (one exchange per H steps' worth of step time), so settling costs no
-// more bytes per second than training did. A pause has a deadline to end by rather than a
-// settled state to reach, so while its last exchange found the models apart it exchanges at
-// least every kSettleTickUntrained, so that the peers end together even where a step is slow
-// (a Python peer's, a CNN's); once they are equal, at training's pace again.
+// At the pace training had (one exchange per H steps' worth of step time: ours, or the slowest
+// member still training, whichever is slower), so settling costs no more bytes per second than
+// training did. A pause has a deadline to end by rather than a settled state to reach, so while
+// its last exchange found the models apart it exchanges at least every kSettleTickUntrained,
+// so that the peers end together even where a step is slow (a Python peer's, a CNN's); once
+// they are equal, at training's pace again. The backed-off interval (settle_next) comes on top.
 double PeerLoop::settle_tick() const {
-  const double pace = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+  const double own = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
+  const double pace = std::max(own, gossip_.slowest_training_step() * static_cast<double>(s_.gossip.local_steps));
   if (pausing_ && !(gossip_.stats().last_distance < LoopSettings::kSettledDistance))
     return std::min(pace, LoopSettings::kSettleTickUntrained);
   return pace;
@@ -301,16 +308,23 @@ LoopAction PeerLoop::begin_leave() {
   return next();
 }
 
-// One pass of settling: on_idle once a tick has passed, then the end tests: time up (settle_s,
-// or settle_max_s while a live peer is behind our clock; settle_s again once the last one
-// caught up), nobody left, or settled (no live peer behind our clock, and kSettledClose
-// exchanges in a row with (numerically) the same model, or kSettledInitiated started, since
-// settling began or the last peer behind caught up).
+// One pass of settling: on_idle once the interval has passed, starting an exchange only with a
+// member it can change a model with (Gossip::Partners::Useful), then the end tests: time up
+// (settle_s, or settle_max_s while a live peer is behind our clock; settle_s again once the
+// last one caught up), nobody left, or settled (no live peer behind our clock, and
+// kSettledClose exchanges in a row with (numerically) the same model, or kSettledInitiated
+// started, since settling began or the last peer behind caught up, or no member left that an
+// exchange could change). The interval starts at the tick (settle_tick) and doubles after each
+// exchange started while a member is still training (its model is in theirs already; theirs
+// reaches ours at the end) or after one that found the models equal, up to
+// settle_interval_max_s; it is the tick again after one that found them apart with nobody
+// training, and when the last member behind catches up.
 bool PeerLoop::others_behind() const { return gossip_.slowest_clock() < model_.steps(); }
 
 LoopAction PeerLoop::settle_next() {
   const double now = env_.now();
   const double tick = settle_tick();
+  const double interval = std::max(tick, settle_interval_);
   if (exchanges() != settle_seen_) {
     settle_seen_ = exchanges();
     settle_close_ = gossip_.stats().last_distance < LoopSettings::kSettledDistance ? settle_close_ + 1 : 0;
@@ -322,15 +336,20 @@ LoopAction PeerLoop::settle_next() {
     // ending at once for having lasted settle_s already.
     settle_initiated_ = gossip_.stats().exchanges;
     settle_close_ = 0;
+    settle_interval_ = 0;
   }
   const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
-                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated);
+                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated ||
+                                            !gossip_.anyone_useful());
   const double end = settle_deadline_.end(settle_s_, settle_max_s_);
   // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it
   // only stops starting exchanges. Settling after training ends there.
   const bool alone = gossip_.view().live_count() == 0;
   const bool answer_only = pausing_ && (settled || alone);
-  if (!answer_only) idle_if_due(tick, tick);
+  if (!answer_only && idle_if_due(interval, interval, Gossip::Partners::Useful)) {
+    const bool back_off = others_training || gossip_.stats().last_distance < LoopSettings::kSettledDistance;
+    settle_interval_ = back_off ? std::min(2 * interval, std::max(s_.settle_interval_max_s, tick)) : 0;
+  }
   if (pausing_ && (now >= end - 1e-12 || stop_requested_)) {
     resume_training();  // a stop request is seen there, at the top of Training
     return next();
@@ -342,7 +361,7 @@ LoopAction PeerLoop::settle_next() {
     enter(LoopPhase::Final);
     return next();
   }
-  return answer_only ? wait_until(end) : wait_until(std::min(last_idle_ + tick, end));
+  return answer_only ? wait_until(end) : wait_until(std::min(last_idle_ + std::max(tick, settle_interval_), end));
 }
 
 }  // namespace rumor

@@ -24,8 +24,9 @@
 // list, then we start the swarm) -> MinPeers (wait until `min_peers` are in view) ->
 // State (a joiner waits for the swarm's model: at most `state_wait_s`) -> Training (first
 // evaluation; then {staleness wait; step} until a stop rule) -> Settling (no training; keep
-// exchanging at training's pace until the models agree: at most `settle_s`, or `settle_max_s`
-// while a member is still training) -> Leaving
+// exchanging until the models agree, only with members it can change a model with, no faster
+// than training's pace and backing off while members still train or the models agree: at most
+// `settle_s`, or `settle_max_s` while a member is still training) -> Leaving
 // (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> final evaluation -> Exit.
 #pragma once
 #include <algorithm>
@@ -78,6 +79,9 @@ struct LoopSettings {
   // with instead of ending with the model it trained alone at the end.
   double settle_s = 3;
   double settle_max_s = 60;
+  // While members are still training, or once the models agree, a settling peer starts
+  // exchanges ever more rarely: the interval doubles after each, up to this.
+  double settle_interval_max_s = 2;
   // Fills what is derived: probe_timeout_s NaN -> min(0.25, probe_interval_s / 2).
   LoopSettings resolved() const;
 
@@ -90,7 +94,7 @@ struct LoopSettings {
   static constexpr double kSettleMinTick = 0.002;  // settling exchanges at most every 2 ms
   // ... at most this long apart while the models differ (or before any step was timed)
   static constexpr double kSettleTickUntrained = 0.01;
-  static constexpr double kSettledDistance = 1e-6; // an exchange with a model this close: "close"
+  static constexpr double kSettledDistance = Gossip::kAgreeDistance; // an exchange with a model this close: "close"
   static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
   static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
 };
@@ -206,12 +210,15 @@ class PeerLoop {
   // A pause is over: say so (a Settled event, "pause") and go back to Training.
   void resume_training();
   LoopAction settle_next();
-  // The pace of settling exchanges: training's; in a pause, every kSettleTickUntrained (or
-  // faster, at training's pace) while the last exchange found the models apart.
+  // The fastest pace of settling exchanges: one per H steps of our own training or of the
+  // slowest member still training, whichever is slower; in a pause, every
+  // kSettleTickUntrained (or faster, at that pace) while the last exchange found the models
+  // apart.
   double settle_tick() const;
-  // Gossip::on_idle at most once per `interval`, letting it start an exchange at most once
-  // per `exchange_every` (a multiple of interval, or equal to it).
-  void idle_if_due(double interval, double exchange_every);
+  // Gossip::on_idle at most once per `interval`, letting it start an exchange (with `partners`)
+  // at most once per `exchange_every` (a multiple of interval, or equal to it). True if it
+  // started one.
+  bool idle_if_due(double interval, double exchange_every, Gossip::Partners partners = Gossip::Partners::Any);
   void emit(ProtocolEvent::Kind k, std::uint64_t clock, std::uint64_t other, double seconds, double distance,
             std::string reason);
 
@@ -238,6 +245,7 @@ class PeerLoop {
   double pause_s_ = 0, pause_max_s_ = 0;
   std::uint64_t settle_seen_ = 0, settle_initiated_ = 0, settle_before_ = 0;
   int settle_close_ = 0;
+  double settle_interval_ = 0;  // the backed-off interval between settling exchanges (0: the tick)
   SettleDeadline settle_deadline_;
   bool final_eval_done_ = false;
   int exit_code_ = 0;

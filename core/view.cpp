@@ -38,6 +38,7 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     Member m;
     m.d = d;
     m.last_heard = now;
+    m.clock_seen = now;
     if (d.state == MemberState::Suspect) m.suspect_since = now;
     Member& added = members_.emplace(d.id, m).first->second;
     all_.push_back(&added);
@@ -49,7 +50,17 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     return Change{d.id, std::nullopt, d.state};
   }
   Member& m = it->second;
-  m.d.clock = std::max(m.d.clock, d.clock);
+  if (d.clock > m.d.clock) {
+    if (m.clock_seen >= 0 && now > m.clock_seen) {
+      const double per_step = (now - m.clock_seen) / static_cast<double>(d.clock - m.d.clock);
+      m.step_seconds = m.step_seconds > 0 ? 0.75 * m.step_seconds + 0.25 * per_step : per_step;
+    }
+    m.clock_seen = now;
+    m.d.clock = d.clock;
+  }
+  m.d.samples = std::max(m.d.samples, d.samples);
+  if (d.incarnation > m.d.incarnation) m.d.done = d.done;  // a new life: it may train again
+  else if (d.incarnation == m.d.incarnation) m.d.done = m.d.done || d.done;
   const MemberState before = m.d.state;
   bool take = d.incarnation > m.d.incarnation ||
               (d.incarnation == m.d.incarnation && severity(d.state) > severity(m.d.state));

@@ -6,6 +6,7 @@
 // members are kept as tombstones so stale gossip cannot bring them back; a member that returns
 // (a resumed peer) does so with a higher incarnation. Clocks only ever move forward.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -30,9 +31,14 @@ struct MemberDigest {
   std::uint64_t incarnation = 0;
   MemberState state = MemberState::Alive;
   std::uint64_t clock = 0;
+  // Version 6: the samples it has trained on, and whether it has finished training (settling
+  // or later: it will not step again in this incarnation). Trainers prefer partners that are
+  // still training; the staleness bound no longer waits for a finished member.
+  std::uint64_t samples = 0;
+  bool done = false;
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(id, incarnation, state, clock);
+    ar(id, incarnation, state, clock, samples, done);
   }
 };
 
@@ -43,6 +49,17 @@ struct Member {
   int failures = 0;           // consecutive failed exchanges
   double suspect_since = 0;   // when it became Suspect
   std::size_t alive_pos = static_cast<std::size_t>(-1);  // index in View::alive() while Alive
+  // Its pace: seconds per step, from its clock's advance between the digests we heard (an
+  // average that leans on recent ones; 0: not seen advancing yet), and when it last advanced.
+  double step_seconds = 0;
+  double clock_seen = -1;
+  // Our last exchange with it that mixed (either role): the distance between the models then
+  // (NaN: none yet), its clock then, and our Gossip::model_version() right after the mix.
+  double ex_distance = NAN;
+  std::uint64_t ex_clock = 0, ex_version = 0;
+  // Its last model was refused or clipped (bad input, robust mixing): picked as a partner only
+  // when no other is left (Gossip::start_exchange).
+  bool screened = false;
   bool live() const { return d.state == MemberState::Alive || d.state == MemberState::Suspect; }
 };
 

@@ -45,6 +45,7 @@ class Runtime::RealEnv final : public Env {
   void disconnect(const PeerId& peer) override { t_.disconnect(peer); }
   Rng& rng() override { return rng_; }
   void event(const ProtocolEvent& e) override;
+  std::uint64_t settle_bytes0 = 0;  // bytes sent when the current settling began (Runtime::next_action)
 
  private:
   net::Transport& t_;
@@ -134,7 +135,13 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
         log_.debug("paused training: {} exchanges in {:.2f} s, last distance {:.4g}", e.other, e.seconds, e.distance);
       else
         log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
-      metrics_.write("settled", {{"exchanges", e.other}, {"seconds", e.seconds}, {"distance", e.distance}, {"pause", pause}});
+      const std::uint64_t sent = t_.stats().bytes_sent;
+      metrics_.write("settled", {{"exchanges", e.other},
+                                 {"seconds", e.seconds},
+                                 {"distance", e.distance},
+                                 {"pause", pause},
+                                 {"bytes_sent", sent - std::min(sent, settle_bytes0)},
+                                 {"bytes_sent_before", settle_bytes0}});
       break;
     }
     case K::Departed:
@@ -256,6 +263,9 @@ LoopAction Runtime::next_action(double deadline, const std::atomic<bool>* stop) 
     }
     drain();
     const LoopAction a = loop_->next();
+    const bool settling = loop_->phase() == LoopPhase::Settling;
+    if (settling && !was_settling_) env_->settle_bytes0 = transport_stats().bytes_sent;  // for the "settled" line
+    was_settling_ = settling;
     if (a.kind != LoopAction::Kind::Wait || now() >= deadline) return a;
     wait(std::min(a.until, deadline), stop);
   }

@@ -127,6 +127,7 @@ class Runtime {
   std::string last_rejection_;
   double last_acc_ = NAN, last_loss_ = NAN;
   bool stop_logged_ = false;
+  bool was_settling_ = false;          // the loop was in its Settling phase at the last next()
   bool closed_ = false;
 };
 

@@ -109,7 +109,7 @@ void Simulation::Impl::act(Peer& p) {
   p.waiting = false;
   if (p.loop->phase() == LoopPhase::Settling && p.state == PeerState::Training) {
     p.state = PeerState::Settling;
-    log(p, "settle", "", peer_steps(p), 0, "");
+    log(p, "settle", "", peer_steps(p), 0, fmt::format("bytes_sent={}", p.bytes_sent));
   }
   switch (a.kind) {
     case LoopAction::Kind::Step:
@@ -210,7 +210,8 @@ void Simulation::Impl::exit_peer(Peer& p) {
   p.state = left ? PeerState::Left : PeerState::Done;
   if (left) ++totals.leaves;
   log(p, left ? "left" : "done", "", st, now - (began >= 0 ? began : p.started_at),
-      s.peer_evals ? fmt::format("test_acc={:.6f} loss={:.6f}", p.final_acc, p.final_loss) : std::string());
+      (s.peer_evals ? fmt::format("test_acc={:.6f} loss={:.6f} ", p.final_acc, p.final_loss) : std::string()) +
+          fmt::format("bytes_sent={}", p.bytes_sent));
   drop_process(p);
   if (left) {  // a peer that left takes its model with it
     p.side.reset();

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "sim/event_queue.hpp"
 #include "sim/scenario.hpp"
@@ -388,4 +389,43 @@ TEST_CASE("settle: the peers that finished first take in a straggler's last step
   const double with = last({"compute.straggler=p0 at 0 x3", "run.settle=0.2"});
   MESSAGE("final consensus distance with a straggler: settle 0 " << without << ", settle 0.2 " << with);
   CHECK(with < 0.01 * without);
+}
+
+TEST_CASE("settle: a peer that finished first sends little while the others train, and ends on their model") {
+  // p0 and p1 train 10x slower than p2 and p3, which finish at about 3 s and wait for them
+  // (settle_max) until about 30 s. Settling exchanges only with members it can change a model
+  // with, no faster than the slowest trainer's pace, backing off up to settle_interval_max
+  // while they train; trainers pick each other rather than a finished peer.
+  const auto run = [](const std::string& interval_max) {
+    Simulation sim(scn(kQuad, {"run.peers=4", "compute.straggler=p0 at 0 x10", "compute.straggler=p1 at 0 x10",
+                               "run.settle_interval_max=" + interval_max, "output.log_exchanges=off"}));
+    sim.run();
+    // Bytes each fast peer sent while training (its "settle" row) and in all ("done").
+    std::map<std::string, std::pair<double, double>> bytes;
+    std::istringstream in(sim.events_csv());
+    for (std::string line; std::getline(in, line);) {
+      const auto at = line.find("bytes_sent=");
+      if (at == std::string::npos) continue;
+      const double b = std::stod(line.substr(at + 11));
+      const std::string peer = line.substr(line.find(',') + 1, 2);
+      if (line.find(",settle,") != std::string::npos) bytes[peer].first = b;
+      if (line.find(",done,") != std::string::npos) bytes[peer].second = b;
+    }
+    return std::make_tuple(bytes, sim.samples().back().loss, sim.samples().back().consensus_distance);
+  };
+  const auto [backoff, loss, consensus] = run("2");
+  const auto [eager, eager_loss, eager_consensus] = run("0");  // no back-off: every tick, at the trainers' pace
+  for (const std::string p : {"p2", "p3"}) {
+    const auto [training, all] = backoff.at(p);
+    const double settling = all - training;
+    const double eager_settling = eager.at(p).second - eager.at(p).first;
+    MESSAGE(p << ": bytes sent while training " << training << ", while settling " << settling << " (without back-off "
+              << eager_settling << ")");
+    REQUIRE(training > 0);
+    CHECK(settling <= 0.35 * training);
+    CHECK(settling * 3 <= eager_settling);
+  }
+  MESSAGE("final loss " << loss << " (without back-off " << eager_loss << "), consensus " << consensus);
+  CHECK(loss <= 1.05 * eager_loss);
+  CHECK(consensus < 1e-3);
 }
