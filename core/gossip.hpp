@@ -187,6 +187,9 @@ class Gossip {
   // The slowest step time among the alive members still training, as their clocks' advance
   // shows it (0: none known): settling exchanges no faster than H of those.
   double slowest_training_step() const;
+  // The swarm's samples as far as we know: ours and every member's we have heard of
+  // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.
+  std::uint64_t swarm_samples() const { return samples_ + view_.others_samples(); }
   // How many times our model has changed: steps, and mixes that found the models apart.
   std::uint64_t model_version() const { return model_version_; }
 

@@ -35,6 +35,14 @@ const Knob kKnobs[] = {
      kNoPython, RUMOR_FIELD(steps)},
     {"duration", "workload", T::Seconds, 0, 1e9, nullptr, "s", kStop,
      "Seconds of training (replaces the epoch budget)", kNoPython, RUMOR_FIELD(duration_s)},
+    {"swarm_epochs", "workload", T::Real, 0, 1e9, nullptr, "epochs", kStop,
+     "Stop every peer when the swarm as a whole has processed this many passes over the whole training set "
+     "(all shards; replaces the epoch budget): fast peers do more steps, all stop together",
+     kNoPython, RUMOR_FIELD(swarm_epochs)},
+    {"swarm_samples", "workload", T::Count, 0, 1e18, nullptr, "samples", kStop,
+     "Stop every peer when the swarm as a whole has processed this many samples (replaces the epoch budget "
+     "and swarm_epochs)",
+     kAll, RUMOR_FIELD(swarm_samples)},
     {"eval_every", "output", T::Count, 0, 1e15, nullptr, "steps", kStop,
      "Evaluate on the test set every STEPS local steps (0: once per epoch; always at the start and the end)",
      kNoPython, RUMOR_FIELD(eval_every), "output.eval_every_steps"},
@@ -71,7 +79,7 @@ const Knob kKnobs[] = {
      kAll, RUMOR_FIELD(settle_max_s)},
     {"settle_interval_max", "run", T::Seconds, 0, 3600, nullptr, "s", kTune,
      "Settling starts exchanges only with peers it can change a model with, no faster than the slowest "
-     "training peer's H steps; while peers still train, or once the models agree, the interval doubles after "
+     "training peer's H steps; while peers still train, or once the models agree, the interval grows 4-fold after "
      "each, up to SEC seconds",
      kAll, RUMOR_FIELD(settle_interval_max_s)},
     {"suspect_timeout", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kNet,

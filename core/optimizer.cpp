@@ -6,6 +6,7 @@
 
 #include "core/backend.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -106,6 +107,19 @@ void validate(const ScheduleConfig& s) {
   require(s.kind == "constant" || s.kind == "warmup" || s.kind == "cosine" || s.kind == "wsd",
           "unknown schedule '" + s.kind + "': expected constant, warmup, cosine or wsd");
   require(s.decay_fraction >= 0 && s.decay_fraction <= 1, "decay fraction must be in [0, 1]");
+}
+
+double learning_rate_at_progress(const ScheduleConfig& s, std::uint64_t step, double progress) {
+  if (s.kind != "constant" && s.warmup_steps > 0 && step < s.warmup_steps)
+    return s.base_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  const double p = std::clamp(progress, 0.0, 1.0);
+  if (s.kind == "cosine") return s.min_lr + 0.5 * (s.base_lr - s.min_lr) * (1.0 + std::cos(std::numbers::pi * p));
+  if (s.kind == "wsd") {
+    const double start = 1.0 - s.decay_fraction;
+    if (p < start || s.decay_fraction <= 0) return p >= 1.0 ? s.min_lr : s.base_lr;
+    return s.min_lr + (s.base_lr - s.min_lr) * (1.0 - p) / s.decay_fraction;
+  }
+  return s.base_lr;
 }
 
 double learning_rate(const ScheduleConfig& s, std::uint64_t step) {

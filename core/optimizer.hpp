@@ -61,6 +61,11 @@ struct ScheduleConfig {
 
 // The learning rate for the step about to be taken (step counts from 0).
 double learning_rate(const ScheduleConfig& s, std::uint64_t step);
+// The same schedule following a run's progress in [0, 1] instead of steps out of total_steps
+// (a swarm-wide budget: the swarm's samples over its target, so that a slow peer anneals with
+// the swarm): cosine and wsd take their shape over progress; a warm-up still counts this
+// peer's steps.
+double learning_rate_at_progress(const ScheduleConfig& s, std::uint64_t step, double progress);
 // Throws std::invalid_argument naming the problem.
 void validate(const ScheduleConfig& s);
 

@@ -26,6 +26,10 @@ const char* loop_phase_name(LoopPhase p) {
 LoopSettings LoopSettings::resolved() const {
   LoopSettings r = *this;
   if (std::isnan(r.gossip.probe_timeout_s)) r.gossip.probe_timeout_s = std::min(0.25, r.gossip.probe_interval_s / 2);
+  if (r.swarm_epochs > 0 && !r.swarm_samples) {
+    RUMOR_CHECK(r.train_set_rows > 0, "swarm_epochs needs the training set's size (LoopSettings::train_set_rows)");
+    r.swarm_samples = static_cast<std::uint64_t>(std::ceil(r.swarm_epochs * static_cast<double>(r.train_set_rows)));
+  }
   return r;
 }
 
@@ -93,6 +97,7 @@ bool PeerLoop::stop_rule() const {
   if (s_.steps && model_.steps() >= s_.steps) return true;
   if (s_.duration_s > 0 && env_.now() - stats_.training_started >= s_.duration_s - 1e-12) return true;
   if (s_.epochs > 0 && model_.epochs_done() >= s_.epochs - 1e-9) return true;
+  if (s_.swarm_samples && gossip_.swarm_samples() >= s_.swarm_samples) return true;
   return false;
 }
 
@@ -314,7 +319,7 @@ LoopAction PeerLoop::begin_leave() {
 // last one caught up), nobody left, or settled (no live peer behind our clock, and
 // kSettledClose exchanges in a row with (numerically) the same model, or kSettledInitiated
 // started, since settling began or the last peer behind caught up, or no member left that an
-// exchange could change). The interval starts at the tick (settle_tick) and doubles after each
+// exchange could change). The interval starts at the tick (settle_tick) and grows kSettleBackoff-fold after each
 // exchange started while a member is still training (its model is in theirs already; theirs
 // reaches ours at the end) or after one that found the models equal, up to
 // settle_interval_max_s; it is the tick again after one that found them apart with nobody
@@ -348,7 +353,7 @@ LoopAction PeerLoop::settle_next() {
   const bool answer_only = pausing_ && (settled || alone);
   if (!answer_only && idle_if_due(interval, interval, Gossip::Partners::Useful)) {
     const bool back_off = others_training || gossip_.stats().last_distance < LoopSettings::kSettledDistance;
-    settle_interval_ = back_off ? std::min(2 * interval, std::max(s_.settle_interval_max_s, tick)) : 0;
+    settle_interval_ = back_off ? std::min(LoopSettings::kSettleBackoff * interval, std::max(s_.settle_interval_max_s, tick)) : 0;
   }
   if (pausing_ && (now >= end - 1e-12 || stop_requested_)) {
     resume_training();  // a stop request is seen there, at the top of Training

@@ -60,10 +60,19 @@ struct LoopSettings {
   GossipConfig gossip = loop_gossip_defaults();  // the protocol's own knobs (probe_timeout_s: see resolved())
   // Stop rules: training ends at the first that holds (0: not used; none set: only a stop
   // request ends it, as in the Python module where the user's loop decides). An explicit
-  // steps or duration replaces the epoch budget (apply_stop_precedence, core/knobs.hpp).
+  // steps, duration or swarm budget replaces the epoch budget (apply_stop_precedence,
+  // core/knobs.hpp).
   std::uint64_t steps = 0;
   double epochs = 5;
   double duration_s = 0;         // seconds since training began
+  // The swarm-wide budget: stop when the swarm as a whole has processed this many samples, as
+  // this peer knows it (Gossip::swarm_samples: the counts members' digests carry, leavers and
+  // dead members included), or swarm_epochs x the whole training set (all shards:
+  // train_set_rows, which the driver fills in). Fast peers then do more steps than slow ones
+  // and all stop together, within the time news of the last samples takes to spread.
+  std::uint64_t swarm_samples = 0;
+  double swarm_epochs = 0;
+  std::uint64_t train_set_rows = 0;  // not a knob: the rows of the whole training set
   // Evaluations (off in the Python module and in simulations without peer_evals): when
   // training begins (after any state transfer), every `eval_every` steps (0: at each whole
   // epoch), and once at the end.
@@ -80,9 +89,11 @@ struct LoopSettings {
   double settle_s = 3;
   double settle_max_s = 60;
   // While members are still training, or once the models agree, a settling peer starts
-  // exchanges ever more rarely: the interval doubles after each, up to this.
-  double settle_interval_max_s = 2;
-  // Fills what is derived: probe_timeout_s NaN -> min(0.25, probe_interval_s / 2).
+  // exchanges ever more rarely: the interval grows kSettleBackoff-fold after each, up to this.
+  double settle_interval_max_s = 4;
+  // Fills what is derived: probe_timeout_s NaN -> min(0.25, probe_interval_s / 2); the
+  // swarm budget in samples from swarm_epochs (when swarm_samples is not given; needs
+  // train_set_rows).
   LoopSettings resolved() const;
 
   // Documented constants (docs/ARCHITECTURE.md "One loop").
@@ -97,6 +108,7 @@ struct LoopSettings {
   static constexpr double kSettledDistance = Gossip::kAgreeDistance; // an exchange with a model this close: "close"
   static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
   static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
+  static constexpr double kSettleBackoff = 4;  // settling's back-off factor (settle_interval_max_s)
 };
 
 // When settling ends (after training, or a pause): up to
@@ -190,6 +202,12 @@ class PeerLoop {
   // Evaluations report samples/s over the interval since the previous one: the driver calls
   // this after reporting one.
   void reset_interval();
+  // With a swarm-wide budget: the swarm's progress towards it in [0, 1] (what a schedule that
+  // follows the swarm anneals by: Trainer::follow_progress); NaN without one.
+  double swarm_progress() const {
+    return s_.swarm_samples ? std::min(1.0, static_cast<double>(gossip_.swarm_samples()) / static_cast<double>(s_.swarm_samples))
+                            : NAN;
+  }
   // Exchanges completed, as initiator and as responder.
   std::uint64_t exchanges() const { return gossip_.stats().exchanges + gossip_.stats().answered; }
   // The time training took per exchange (H steps' worth of step time), at least `floor`;

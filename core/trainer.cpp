@@ -101,7 +101,7 @@ std::span<float> Trainer::gradient() {
 }
 
 void Trainer::apply_gradient() {
-  const double lr = learning_rate(cfg_.schedule, step_);
+  const double lr = current_lr();
   if (host_) {
     opt_->step(params_, grad_, lr);
   } else {

@@ -18,6 +18,7 @@
 //  - the optimizer state lives on the device; optimizer_state() copies it back for a
 //    checkpoint, set_optimizer_state() sends it there.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -95,12 +96,18 @@ class Trainer final : public LoopModel {
   // A joiner takes the swarm's step (its learning-rate schedule position and clock) but keeps
   // walking its own shard from the start.
   void adopt_step(std::uint64_t step) override { step_ = step; }
-  double current_lr() const { return learning_rate(cfg_.schedule, step_); }
+  double current_lr() const {
+    return std::isnan(progress_) ? learning_rate(cfg_.schedule, step_) : learning_rate_at_progress(cfg_.schedule, step_, progress_);
+  }
+  // From now on the schedule follows this progress in [0, 1] (learning_rate_at_progress: a
+  // swarm-wide budget) instead of steps out of total_steps; NaN: steps again.
+  void follow_progress(double progress) { progress_ = progress; }
   std::uint64_t steps() const override { return step_; }
   std::uint64_t samples() const override { return samples_; }
   double epochs_done() const override;  // fractional epochs over this shard
 
  private:
+  double progress_ = NAN;  // follow_progress
   TrainerConfig cfg_;
   std::shared_ptr<const Dataset> shard_;
   std::unique_ptr<Model> model_;

@@ -47,6 +47,7 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
       alive_.push_back(&added);
     }
     live_count_ += added.live();
+    others_samples_ += d.samples;
     return Change{d.id, std::nullopt, d.state};
   }
   Member& m = it->second;
@@ -58,7 +59,10 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     m.clock_seen = now;
     m.d.clock = d.clock;
   }
-  m.d.samples = std::max(m.d.samples, d.samples);
+  if (d.samples > m.d.samples) {
+    others_samples_ += d.samples - m.d.samples;
+    m.d.samples = d.samples;
+  }
   if (d.incarnation > m.d.incarnation) m.d.done = d.done;  // a new life: it may train again
   else if (d.incarnation == m.d.incarnation) m.d.done = m.d.done || d.done;
   const MemberState before = m.d.state;

@@ -92,6 +92,10 @@ class View {
   const std::map<PeerId, Member>& members() const { return members_; }
   std::vector<PeerId> live_ids() const;
   std::size_t live_count() const { return live_count_; }  // Alive or Suspect, excluding ourselves
+  // The samples of every member we have heard of, in any state (those that left or died
+  // included: their work is in the swarm's models), each counted once at the largest count
+  // heard: excluding ourselves.
+  std::uint64_t others_samples() const { return others_samples_; }
   // The members now Alive, in an order that depends only on the history of merges (so it is
   // deterministic): lets a peer of a 10,000-member swarm pick a neighbour in O(1).
   const std::vector<Member*>& alive() const { return alive_; }
@@ -107,6 +111,7 @@ class View {
   std::vector<Member*> all_;          // every member, in the order learnt (map nodes never move)
   std::vector<Member*> alive_;        // the Alive ones; Member::alive_pos indexes it
   std::size_t live_count_ = 0;
+  std::uint64_t others_samples_ = 0;
 };
 
 }  // namespace rumor

@@ -163,7 +163,9 @@ ParseResult parse_command_line(int argc, char** argv) {
     const int rc = app.exit(e);
     return {std::nullopt, rc == 0 ? 0 : 2};
   }
-  apply_stop_precedence(c.loop, app.count("--epochs") > 0, app.count("--steps") + app.count("--duration") > 0);
+  apply_stop_precedence(c.loop, app.count("--epochs") > 0,
+                        app.count("--steps") + app.count("--duration") + app.count("--swarm-epochs") +
+                                app.count("--swarm-samples") > 0);
   if (c.resume && c.checkpoint_dir.empty()) {
     std::cerr << "rumor-peer: --resume needs --checkpoint DIR\nUsage: rumor-peer [OPTIONS]   (rumor-peer --help lists every flag)\n";
     return {std::nullopt, 2};

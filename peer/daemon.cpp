@@ -80,6 +80,7 @@ int Daemon::run() {
   Task task = load_task(cfg_.data);
   const ShardSpec shard_spec = ShardSpec::parse(cfg_.shard);
   const Partition partition = Partition::parse(cfg_.partition);
+  const std::uint64_t train_set_rows = task.train.rows;  // the whole set: --swarm-epochs counts passes over it
   auto shard = std::make_shared<Dataset>(take_shard(std::move(task.train), shard_spec, partition, cfg_.seed));
   const std::size_t outputs = shard->classes > 0 ? static_cast<std::size_t>(shard->classes) : shard->target_dim;
   TrainerConfig tc;
@@ -127,6 +128,7 @@ int Daemon::run() {
   // The flags are bound to LoopSettings' own fields (config.cpp); what is left is the one
   // decision that depends on how this peer starts.
   LoopSettings ls = cfg_.loop;
+  ls.train_set_rows = train_set_rows;
   // A resumed peer continues from its own saved model; peers starting a swarm together
   // (--min-peers) share their initialisation, so neither fetches the swarm's state.
   ls.gossip.fetch_state = !cfg_.resume && cfg_.loop.min_peers <= 1;
@@ -169,6 +171,10 @@ int Daemon::run() {
   rt.start(resume_view);
 
   PeerLoop& loop = rt.loop();
+  const bool follow_swarm = loop.settings().swarm_samples > 0 && (cfg_.schedule.kind == "cosine" || cfg_.schedule.kind == "wsd");
+  if (loop.settings().swarm_samples)
+    log_->info("swarm-wide budget: every peer stops when the swarm has processed {} samples{}", loop.settings().swarm_samples,
+               follow_swarm ? "; the learning-rate schedule follows the swarm's progress" : "");
   Gossip& gossip = rt.gossip();
   const bool bounded = std::isfinite(cfg_.loop.gossip.staleness);
   auto evaluate = [&](const char* why) {
@@ -208,6 +214,9 @@ int Daemon::run() {
                                  {"gap", static_cast<std::int64_t>(trainer.steps()) - static_cast<std::int64_t>(slowest)},
                                  {"peers", gossip.view().live_count() + 1}});
         }
+        // A swarm-wide budget: a decaying schedule without its own --lr-total-steps anneals with
+        // the swarm's progress, so a slow peer decays with the others rather than by its steps.
+        if (follow_swarm) trainer.follow_progress(loop.swarm_progress());
         const auto t0 = Clock::now();
         const double loss = trainer.compute_gradient();
         rt.drain();  // answer exchanges that arrived during forward/backward without waiting a step

@@ -76,6 +76,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
   p.env = std::make_unique<SimEnv>(*this, p.index, p.life, p.life == 0 ? root.fork(p.index) : root.fork(p.index).fork(p.life));
   LoopSettings ls = loop_settings(s);
+  ls.train_set_rows = work->train_set_rows();
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).
@@ -175,6 +176,8 @@ void Simulation::Impl::step_mid(Peer& p) {
 }
 
 void Simulation::Impl::step_end(Peer& p) {
+  // A swarm-wide budget: a decaying schedule anneals with the swarm's progress (as rumor-peer's).
+  if (work->follows_swarm()) p.model->follow_progress(p.loop->swarm_progress());
   p.model->apply_gradient();
   ++totals.steps;
   p.stepping = false;

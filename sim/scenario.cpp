@@ -211,7 +211,8 @@ class Builder {
     // rumor-peer's flags); with none given, a run with a run.duration, or one that does not
     // train, goes on until then (the simulator checks that something ends it).
     const bool epochs = given(*find_knob("epochs")) != nullptr;
-    const bool budget = given(*find_knob("steps")) || given(*find_knob("duration"));
+    const bool budget = given(*find_knob("steps")) || given(*find_knob("duration")) ||
+                        given(*find_knob("swarm_epochs")) || given(*find_knob("swarm_samples"));
     apply_stop_precedence(s.loop, epochs, budget);
     if (!epochs && !budget && (s.duration > 0 || s.workload != WorkloadKind::Model || !s.training)) s.loop.epochs = 0;
   }

@@ -22,9 +22,11 @@ Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(
   // differs: sweeps construct simulations on two threads at once (run_sweep sets it first).
   if (math_threads() != 1) set_math_threads(1);
   // Stop rules (the scenario applied core's defaults: 5 epochs of a model being trained).
-  const bool told = s.loop.steps || (s.training && s.loop.epochs > 0) || s.loop.duration_s > 0;
+  const bool told = s.loop.steps || (s.training && s.loop.epochs > 0) || s.loop.duration_s > 0 ||
+                    (s.training && (s.loop.swarm_samples || s.loop.swarm_epochs > 0));
   if (!told && s.duration <= 0)
-    throw ScenarioError(s.source + ": workload: say when peers stop: workload.steps, workload.duration or run.duration");
+    throw ScenarioError(s.source + ": workload: say when peers stop: workload.steps, workload.duration, "
+                        "workload.swarm_epochs, workload.swarm_samples or run.duration");
   work = std::make_unique<Workload>(s, s.total_ids);
   std::vector<std::uint32_t> class_of(s.total_ids, 0);
   std::uint32_t id = 0;

@@ -27,6 +27,7 @@ class TrainerPeer final : public PeerModel {
   std::uint64_t samples() const override { return t_.samples(); }
   double epochs_done() const override { return t_.epochs_done(); }
   void adopt_step(std::uint64_t step) override { t_.adopt_step(step); }
+  void follow_progress(double p) override { t_.follow_progress(p); }
   void get_gradient(std::vector<double>& g) const override {
     const auto src = const_cast<Trainer&>(t_).gradient();
     g.assign(src.begin(), src.end());
@@ -100,6 +101,9 @@ class AveragingPeer final : public PeerModel {
 }  // namespace
 
 Workload::Workload(const Scenario& s, std::uint32_t ids) : s_(s), ids_(ids), root_(Rng(s.seed).fork(streams::kWorkload)) {
+  if (s.loop.swarm_epochs > 0 && !s.loop.swarm_samples && s.workload != WorkloadKind::Model)
+    throw std::invalid_argument("workload.swarm_epochs counts passes over a data set: it needs workload.kind = model "
+                                "(use workload.swarm_samples here: a quadratic peer's step is one sample)");
   if (s.workload == WorkloadKind::Quadratic) {
     h_.resize(s.dim);
     for (std::size_t j = 0; j < s.dim; ++j) {
@@ -116,6 +120,7 @@ Workload::Workload(const Scenario& s, std::uint32_t ids) : s_(s), ids_(ids), roo
     return;
   }
   Task task = load_task(s.data);
+  train_set_rows_ = task.train.rows;
   const int classes = task.train.classes;
   input_dim_ = task.train.dim;
   output_dim_ = classes > 0 ? static_cast<std::size_t>(classes) : task.train.target_dim;
@@ -203,6 +208,11 @@ OptimizerConfig Workload::optimizer_config() const {
   oc.momentum = s_.momentum;
   oc.weight_decay = s_.weight_decay;
   return oc;
+}
+
+bool Workload::follows_swarm() const {
+  return s_.workload == WorkloadKind::Model && (s_.loop.swarm_samples > 0 || s_.loop.swarm_epochs > 0) &&
+         (s_.schedule == "cosine" || s_.schedule == "wsd");
 }
 
 ScheduleConfig Workload::schedule_config(std::uint32_t index) const {

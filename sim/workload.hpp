@@ -46,6 +46,8 @@ class PeerModel {
   // (the synchronous baselines, sim/algorithms.hpp). In double: the quadratic keeps it so.
   virtual void get_gradient(std::vector<double>& g) const = 0;
   virtual void set_gradient(std::span<const double> g) = 0;
+  // The schedule follows this progress of a swarm-wide budget (Trainer::follow_progress).
+  virtual void follow_progress(double) {}
 };
 
 class Workload {
@@ -73,6 +75,11 @@ class Workload {
   const std::vector<double>& curvature() const { return h_; }
   // Rows each shard has (0 for the quadratic), for steps-per-epoch arithmetic.
   std::size_t shard_rows(std::uint32_t index) const;
+  // The rows of the whole training set (0 without data): workload.swarm_epochs counts passes
+  // over it.
+  std::uint64_t train_set_rows() const { return train_set_rows_; }
+  // A swarm-wide budget with a decaying schedule: the schedule follows the swarm's progress.
+  bool follows_swarm() const;
   // The peers' optimizer and schedule (peer `index`'s), for an optimizer outside a PeerModel
   // (a parameter server's). The quadratic's peers run plain SGD: sgd without momentum.
   OptimizerConfig optimizer_config() const;
@@ -83,6 +90,7 @@ class Workload {
   std::uint32_t ids_;
   std::size_t param_count_ = 0;
   std::string fingerprint_;
+  std::uint64_t train_set_rows_ = 0;
   Rng root_;
   // model kind
   std::vector<std::shared_ptr<const Dataset>> shards_;

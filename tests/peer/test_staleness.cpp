@@ -134,3 +134,45 @@ TEST_CASE("codecs: fp16 halves and int8 quarters the payload of every exchange")
   CHECK(per_exchange("int8") == doctest::Approx(n + 4 * std::ceil(n / 256)));
   CHECK(per_exchange("topk") < 0.05 * 4 * n);
 }
+
+TEST_CASE("swarm budget: 4 peers, one 4x slower, stop together on one model (--swarm-epochs)") {
+  if (!have_fmnist()) return;
+  // Peer 3 runs 4x slower (--throttle 4). With --swarm-epochs 1 every peer stops when the swarm
+  // has processed 60,000 samples in all: the others do more steps, it about a quarter of
+  // theirs, and all stop training together, then settle onto one model.
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--swarm-epochs", "1", "--min-peers", "4",
+                               "--lr-schedule", "wsd"};
+    if (i == 3) a.insert(a.end(), {"--throttle", "4"});
+    f.push_back(a);
+  }
+  Swarm s("swarm-budget", f);
+  REQUIRE(s.wait_all(150));
+  std::vector<double> ends, steps, accs;
+  double samples = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto start = metric_lines(s.metrics(i), "start");
+    const auto settled = metric_lines(s.metrics(i), "settled");
+    REQUIRE(!start.empty());
+    REQUIRE(!settled.empty());
+    // When training ended, on the wall clock (each file's times count from its own start).
+    ends.push_back(field(start[0], "unix_time") - field(start[0], "t") + field(settled[0], "t") - field(settled[0], "seconds"));
+    steps.push_back(field(s.done(i), "steps"));
+    accs.push_back(field(s.done(i), "test_acc"));
+    samples += 64 * steps.back();
+    MESSAGE("p" << i << ": " << steps.back() << " steps, test_acc " << accs.back());
+  }
+  const auto [e0, e1] = std::minmax_element(ends.begin(), ends.end());
+  const auto [a0, a1] = std::minmax_element(accs.begin(), accs.end());
+  MESSAGE("training ended within " << *e1 - *e0 << " s; samples in all " << samples);
+  CHECK(*e1 - *e0 < 5);
+  CHECK(*a1 - *a0 <= 0.005);
+  CHECK(*a0 > 0.75);
+  CHECK(samples >= 60000);
+  CHECK(samples <= 60000 * 1.1);
+  const double fast = (steps[0] + steps[1] + steps[2]) / 3;
+  // About a quarter on an idle machine; the others share the cores (the throttled one sleeps), so
+  // only "clearly fewer" is asserted here (bench figures: issue 35).
+  CHECK(steps[3] < 0.6 * fast);
+}

@@ -429,3 +429,44 @@ TEST_CASE("settle: a peer that finished first sends little while the others trai
   CHECK(loss <= 1.05 * eager_loss);
   CHECK(consensus < 1e-3);
 }
+
+TEST_CASE("swarm budget: peers of different speeds stop together once the swarm has done its samples") {
+  // p0 steps 4x slower. With a budget per peer it finishes its 300 steps long after the others;
+  // with workload.swarm_samples = 4 x 300 every peer stops when the swarm's count (each peer's
+  // samples, spread in the digests) reaches it: the others do more steps, p0 fewer, all at once.
+  const auto run = [](const std::vector<std::string>& sets) {
+    std::vector<std::string> all{"run.peers=4", "run.settle=0", "compute.straggler=p0 at 0 x4"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    Simulation sim(scn(kQuad, all));
+    sim.run();
+    std::map<std::string, std::pair<double, double>> done;  // peer -> (time, steps)
+    std::istringstream in(sim.events_csv());
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(",done,") == std::string::npos) continue;
+      std::vector<std::string> f;
+      std::istringstream cells(line);
+      for (std::string c; std::getline(cells, c, ',');) f.push_back(c);
+      done[f[1]] = {std::stod(f[0]), std::stod(f[4])};
+    }
+    return done;
+  };
+  const auto per_peer = run({});
+  const auto swarm = run({"workload.steps=0", "workload.swarm_samples=1200"});
+  REQUIRE(per_peer.size() == 4);
+  REQUIRE(swarm.size() == 4);
+  double first = 1e9, last = 0, total = 0, fast = 0;
+  for (const auto& [p, ts] : swarm) {
+    first = std::min(first, ts.first);
+    last = std::max(last, ts.first);
+    total += ts.second;
+    if (p != "p0") fast += ts.second / 3;
+    MESSAGE(p << ": stopped at " << ts.first << " s after " << ts.second << " steps (per-peer budget: "
+              << per_peer.at(p).first << " s)");
+  }
+  CHECK(last - first < 0.2);                        // together: within a few of the slow peer's steps
+  CHECK(last < 0.6 * per_peer.at("p0").first);      // and well before the slow peer's own 300 steps
+  CHECK(total >= 1200);
+  CHECK(total <= 1200 + 4 * 20);                    // news of the last samples spreads within a few steps
+  const double slow = swarm.at("p0").second;
+  CHECK(slow / fast == doctest::Approx(0.25).epsilon(0.3));  // the slow peer does about a quarter
+}
