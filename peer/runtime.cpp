@@ -430,11 +430,15 @@ void Runtime::publish(bool force) {
 void Runtime::close(double flush_s) {
   if (closed_) return;
   closed_ = true;
-  if (endpoint_) {
-    publish(true);  // the final values, for a scrape that comes before the process ends
-  }
+  if (endpoint_) publish(true);  // the final values, for a scrape during the flush
   if (flush_s > 0) transport_->flush(flush_s);
   transport_->stop();
+  // The HTTP endpoint goes with the network: its port is free again (a Python process may
+  // start another peer on it), and nothing is published after this.
+  if (endpoint_) {
+    env_->endpoint = nullptr;
+    endpoint_.reset();
+  }
 }
 
 }  // namespace rumor::peer

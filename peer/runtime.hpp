@@ -113,7 +113,8 @@ class Runtime {
   void report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note = "");
   double last_test_acc() const { return last_acc_; }
   double last_loss() const { return last_loss_; }
-  // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
+  // Lets queued frames go out (up to `flush_s`), then stops the transport and the HTTP
+  // endpoint. Idempotent.
   void close(double flush_s = 1.0);
   // The HTTP endpoint's address as bound ("host:port"), empty without one.
   std::string metrics_address() const;

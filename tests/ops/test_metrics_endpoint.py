@@ -172,6 +172,7 @@ def check_python():
     p = rumor.Peer(metrics_listen="127.0.0.1:0", name="py")
     try:
         p.bind("test:metrics", 10)
+        p_address = p.metrics_address
         fams = scrape(p.metrics_address)
         labels = [s.labels for s in fams["rumor_clock"].samples]
         check(labels == [{"peer": p.address, "name": "py"}], f"python peer labels {labels}")
@@ -183,6 +184,13 @@ def check_python():
             check("metrics_listen" in str(e), f"python error names the keyword: {e}")
     finally:
         p.close(2)
+    # close() stops the endpoint with the network: the port is free for the next peer.
+    r = rumor.Peer(metrics_listen=p_address)
+    try:
+        r.bind("test:metrics", 10)
+        check(r.metrics_address == p_address, f"after close, a new peer got {r.metrics_address}, want {p_address}")
+    finally:
+        r.close(2)
 
 
 with tempfile.TemporaryDirectory(prefix="rumor-metrics-") as work:
