@@ -152,7 +152,7 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->group(g_misc)->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  app.add_option("--name", c.name, "Name of this peer in log lines")->group(g_misc);
+  app.add_option("--name", c.name, "Name of this peer in log lines, and the name= label of its /metrics series")->group(g_misc);
   app.add_option("--init-seed", c.init_seed,
                  "Seed of the initial parameters only (default: --seed; every peer of a swarm normally shares it)")
       ->group(g_misc);

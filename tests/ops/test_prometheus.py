@@ -5,7 +5,8 @@ time of its scrape, and count(rumor_peers_in_view{state="alive"}), and checks th
 peers' own JSON-lines metrics files: every counter equals the lines its peer had written by the
 time of that scrape (a small slack either side for the two clocks' reading), and the count is the
 number of peers, each of which sees all of them. Skips (77) where /usr/bin/prometheus is missing.
-Everything started is killed on the way out. About 25 s.
+Everything started is killed on the way out. About 25 s (the peers train 18 s, so that they are still
+training when it queries, however slowly Prometheus starts).
 
 usage: test_prometheus.py BUILD_DIR"""
 import json
@@ -96,7 +97,7 @@ t_begin = time.time()
 with tempfile.TemporaryDirectory(prefix="rumor-prometheus-") as work:
     prom = None
     try:
-        with Swarm(binary, work, N, ["--duration", "14", "--throttle", "4", "--eval-every", "200"]) as swarm:
+        with Swarm(binary, work, N, ["--duration", "18", "--throttle", "4", "--eval-every", "200"]) as swarm:
             prom = Prometheus(work, [p.metrics_address for p in swarm.peers])
             prom.ready(20)
             # Until every target is up and every peer sees the whole swarm (it scrapes every second).
