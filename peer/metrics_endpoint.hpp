@@ -4,7 +4,8 @@
 // swarm page, one self-contained HTML file: peer/swarm_page.html). docs/metrics.md lists every
 // series beside the JSONL field it corresponds to.
 //
-// Threading contract: the compute thread (the one driving the peer's loop) calls every method;
+// Threading contract: the compute thread (the one driving the peer's loop; in the Python module,
+// whichever thread holds the peer's lock, as for the rest of the Runtime) calls every method;
 // the HTTP server answers from its own threads (civetweb's, inside the Exposer) and never
 // touches the loop, Gossip or the model. What the compute thread publishes costs it a few
 // atomic updates per call (prometheus-cpp's counters and gauges) and, about once a second while
