@@ -482,7 +482,7 @@ void MetricsEndpoint::publish(const PeerSample& s) {
     st->t = s.t;
     st->phase = s.phase;
     st->s = s;
-    st->members_total = s.members.size();
+    st->members_total = s.members_total;
     st->acc = m.acc_;
     st->loss = m.loss_;
     st->samples_per_s = m.samples_per_s_;

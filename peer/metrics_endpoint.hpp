@@ -51,8 +51,10 @@ struct PeerSample {
   std::uint64_t stale = 0;
   double distance = 0;         // the last exchange's relative model distance
   double training_started = -1;  // env time training began, -1 before
-  // Filled (ourselves first) only when members_due() said so.
+  // Filled (ourselves first; at most 1000 rows of the view's members_total, tombstones
+  // included) only when members_due() said so.
   std::vector<MemberRow> members;
+  std::size_t members_total = 0;
 };
 
 class MetricsEndpoint {

@@ -406,6 +406,7 @@ void Runtime::publish(bool force) {
   if (endpoint_->members_due(t)) {
     // One pass over the view (about once a second): the slowest and fastest clocks, the rows.
     s.members.push_back({id_, "alive", s.clock});
+    s.members_total = v.members().size() + 1;
     std::uint64_t slowest = s.clock, fastest = s.clock;
     bool any = false;
     for (const auto& [id, m] : v.members()) {

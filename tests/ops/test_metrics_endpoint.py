@@ -125,6 +125,7 @@ def check_status_and_page(peer, others):
     ids = sorted(m["id"] for m in st.get("members", []))
     check(ids == sorted([peer.address] + [o.address for o in others]), f"members {ids}")
     check([m["self"] for m in st["members"] if m["id"] == peer.address] == [True], "self flag")
+    check(st.get("members_total") == len(others) + 1, f"members_total {st.get('members_total')}")
     check(all(m["state"] == "alive" and m["clock"] >= 0 for m in st["members"]), f"member rows {st['members']}")
     check(len(st["evals"]["rows"]) >= 2, f"eval history {st['evals']}")
     check(len(st["history"]["rows"]) >= 1, "rate history empty")
