@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Summarise rumor-peer metrics files (JSON lines, docs/metrics.md): a table of the peers and a
-PNG of every peer's test accuracy against time.
+PNG of every peer's test accuracy against time: one time axis for all of them (seconds since the
+first peer began training, from each file's wall-clock `start` line), and a y axis that shows
+each whole curve (from 0).
 
 usage: report.py [--png FILE] [--title T] [--events] METRICS.jsonl...
 """
@@ -57,24 +59,58 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for name, rows, evals, done in peers:
-            ax.plot([r["t"] for r in evals], [r["test_acc"] for r in evals], marker="o", ms=3, label=name)
+        curves, t0 = accuracy_curves([(name, rows) for name, rows, _, _ in peers])
+        for name, xs, ys, events in curves:
+            ax.plot(xs, ys, marker="o", ms=3, label=name)
             if args.events:
-                for r in rows:
-                    if r.get("event") in ("join", "leave", "dead", "joined"):
-                        ax.axvline(r["t"], color="grey", lw=0.5, alpha=0.4)
-        ax.set_xlabel("seconds since the peer started")
+                for x in events:
+                    ax.axvline(x, color="grey", lw=0.5, alpha=0.4)
+        ax.set_xlabel("seconds since the first peer began training" if t0 is not None
+                      else "seconds since each peer started (no start lines: not one axis)")
         ax.set_ylabel("test accuracy")
         ax.set_title(args.title)
-        accs = [r["test_acc"] for _, _, ev, _ in peers for r in ev if r["test_acc"] is not None]
-        if accs and max(accs) > 0.5:
-            ax.set_ylim(max(0.0, min(a for a in accs if a > 0.3) - 0.05), min(1.0, max(accs) + 0.02))
+        ax.set_ylim(*accuracy_ylim(curves))
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
         fig.savefig(args.png, dpi=120)
         print(f"wrote {args.png}")
 
+
+def wall_times(rows):
+    """Wall-clock seconds of every row, through the start line before it (a resumed peer's file
+    has one per life); None for rows before any start line."""
+    base, out = None, []
+    for r in rows:
+        if r.get("event") == "start" and "unix_time" in r:
+            base = r["unix_time"] - r.get("t_offset", r["t"])
+        out.append(None if base is None else base + r["t"])
+    return out
+
+
+def accuracy_curves(peers):
+    """peers: [(name, rows)]. Returns ([(name, xs, ys, event_xs)], t0): each peer's evaluations on
+    one axis, seconds since the first evaluation of any peer (written when training begins, after
+    the --min-peers wait or a state transfer), so a peer that waited is not drawn behind the
+    others. Without start lines (older files) each peer keeps its own clock and t0 is None."""
+    timed = [(name, rows, wall_times(rows)) for name, rows in peers]
+    firsts = [w for _, rows, walls in timed for r, w in zip(rows, walls) if r.get("event") == "eval" and w is not None]
+    t0 = min(firsts) if firsts and all(any(w is not None for w in walls) for _, _, walls in timed) else None
+    curves = []
+    for name, rows, walls in timed:
+        x = (lambda r, w: w - t0) if t0 is not None else (lambda r, w: r["t"])
+        pts = [(x(r, w), r["test_acc"]) for r, w in zip(rows, walls)
+               if r.get("event") == "eval" and r.get("test_acc") is not None]
+        events = [x(r, w) for r, w in zip(rows, walls) if r.get("event") in ("join", "leave", "dead", "joined")]
+        curves.append((name, [p[0] for p in pts], [p[1] for p in pts], events))
+    return curves, t0
+
+
+def accuracy_ylim(curves):
+    """The whole curve: from 0 (or below, never for an accuracy) to a little above the best."""
+    ys = [y for _, _, ys, _ in curves for y in ys]
+    top = max(ys) if ys else 1.0
+    return 0.0, min(1.0, top + 0.05) if top > 0.2 else max(top * 1.1, 0.1)
 
 if __name__ == "__main__":
     main()

@@ -145,10 +145,14 @@ ParseResult parse_command_line(int argc, char** argv) {
   app.add_option("--seed", c.seed, "Seed of every random choice (init, shards, batches)")
       ->group(g_misc)->capture_default_str();
   app.add_option("--metrics", c.metrics_path, "Write JSON-lines metrics here (docs/metrics.md)")->group(g_misc);
+  app.add_option("--metrics-listen", c.metrics_listen,
+                 "Serve HTTP on HOST:PORT: /metrics (Prometheus text format, series rumor_*), /status.json and / "
+                 "(the live swarm page); port 0 picks a free one and logs it (docs/metrics.md)")
+      ->group(g_misc);
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->group(g_misc)->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  app.add_option("--name", c.name, "Name of this peer in log lines")->group(g_misc);
+  app.add_option("--name", c.name, "Name of this peer in log lines, and the name= label of its /metrics series")->group(g_misc);
   app.add_option("--init-seed", c.init_seed,
                  "Seed of the initial parameters only (default: --seed; every peer of a swarm normally shares it)")
       ->group(g_misc);
@@ -177,6 +181,7 @@ ParseResult parse_command_line(int argc, char** argv) {
     if (c.loop.gossip.robust.refuse_factor != 0 && c.loop.gossip.robust.refuse_factor < c.loop.gossip.robust.clip_factor)
       throw std::invalid_argument("--robust-refuse must be 0 or at least --robust-clip");
     net::parse_host_port(c.listen, "--listen", true);
+    if (!c.metrics_listen.empty()) net::parse_host_port(c.metrics_listen, "--metrics-listen", true);
     for (const auto& j : c.join) net::parse_host_port(j, "--join", false);
   } catch (const std::invalid_argument& e) {
     std::cerr << "rumor-peer: " << e.what() << "\nUsage: rumor-peer [OPTIONS]   (rumor-peer --help lists every flag)\n";

@@ -41,6 +41,7 @@ struct Config {
   // Book-keeping
   std::uint64_t seed = 1;
   std::string metrics_path;
+  std::string metrics_listen;  // --metrics-listen HOST:PORT: /metrics, /status.json, / (empty: off)
   std::string log_level = "info";
   std::string name;  // logger name; defaults to "peer"
   std::uint64_t init_seed = 0;      // seed of the initial parameters (0: use `seed`)

@@ -143,6 +143,8 @@ int Daemon::run() {
   ro.tls_ca = cfg_.tls_ca;
   ro.seed = cfg_.seed;
   ro.device = trainer.backend().name();
+  ro.metrics_listen = cfg_.metrics_listen;
+  ro.name = cfg_.name;
   Runtime rt(ro, ls, trainer, metrics, log_);
   // Whatever Gossip handles may mix into, or replace, trainer.params(); on a device that is a
   // host mirror, so the trainer is told (it uploads before its next use; a no-op on the CPU).

@@ -19,6 +19,7 @@
 #include "peer/config.hpp"
 #include "peer/inbox.hpp"
 #include "peer/metrics.hpp"
+#include "peer/metrics_endpoint.hpp"
 
 namespace rumor::peer {
 
@@ -46,8 +47,14 @@ class Runtime::RealEnv final : public Env {
   Rng& rng() override { return rng_; }
   void event(const ProtocolEvent& e) override;
   std::uint64_t settle_bytes0 = 0;  // bytes sent when the current settling began (Runtime::next_action)
+  // The HTTP endpoint counts events as they come (null: none), and the bytes of the snapshot
+  // each exchange sent, read off Gossip's totals (`gossip`, set once the loop exists).
+  MetricsEndpoint* endpoint = nullptr;
+  const Gossip* gossip = nullptr;
 
  private:
+  double exchange_payload_bytes();
+  std::uint64_t payload_bytes_seen_ = 0, payloads_seen_ = 0;
   net::Transport& t_;
   Inbox& inbox_;
   MetricsWriter& metrics_;
@@ -57,8 +64,32 @@ class Runtime::RealEnv final : public Env {
   Clock::time_point start_ = Clock::now();
 };
 
+// Bytes of one parameter snapshot sent since the last completed exchange (their mean: a codec's
+// snapshots all have the size of the model's encoding). ExchangeDone does not carry them.
+double Runtime::RealEnv::exchange_payload_bytes() {
+  if (!gossip) return 0;
+  const GossipStats& gs = gossip->stats();
+  const std::uint64_t n = gs.payloads_sent - payloads_seen_, b = gs.payload_bytes_sent - payload_bytes_seen_;
+  payloads_seen_ = gs.payloads_sent;
+  payload_bytes_seen_ = gs.payload_bytes_sent;
+  if (n > 0) return static_cast<double>(b) / static_cast<double>(n);
+  return gs.payloads_sent ? static_cast<double>(gs.payload_bytes_sent) / static_cast<double>(gs.payloads_sent) : 0.0;
+}
+
 void Runtime::RealEnv::event(const ProtocolEvent& e) {
   using K = ProtocolEvent::Kind;
+  if (endpoint) {
+    switch (e.kind) {
+      case K::ExchangeDone: endpoint->exchange_done(e.reason == "initiator", e.seconds, exchange_payload_bytes()); break;
+      case K::ExchangeFailed: endpoint->exchange_failed(); break;
+      case K::ExchangeDeclined: endpoint->exchange_declined(); break;
+      case K::Rejected: endpoint->rejected(); break;
+      case K::StateReceived: endpoint->state_transfer(true); break;
+      case K::StateFailed: endpoint->state_transfer(false); break;
+      case K::Handover: endpoint->handover(); break;
+      default: break;
+    }
+  }
   switch (e.kind) {
     case K::ExchangeDone:
       log_.debug("exchange with {} ({}): distance {:.4g}, rtt {:.1f} ms", e.peer, e.reason, e.distance, e.seconds * 1e3);
@@ -190,6 +221,10 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
                           {"max_gap", ls.max_gap},
                           {"robust_clipped", gs.robust_clipped},
                           {"robust_refused", gs.robust_refused}});
+  if (endpoint_) {
+    endpoint_->eval(now(), step, test_acc, loss);
+    publish(true);
+  }
   loop.reset_interval();
 }
 
@@ -223,6 +258,14 @@ Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopMode
   transport_->start();
   id_ = transport_->local_id();
   device_ = o.device;
+  if (!o.metrics_listen.empty()) {
+    try {
+      endpoint_ = std::make_unique<MetricsEndpoint>(o.metrics_listen, o.metrics_flag, id_, o.name, log_);
+    } catch (...) {
+      transport_->stop();
+      throw;
+    }
+  }
   env_ = std::make_unique<RealEnv>(*transport_, *inbox_, metrics_, *log_, o.seed ^ id_hash(id_), settings.min_peers);
   // Incarnation from the wall clock, so a peer restarted on the same address outranks its
   // earlier life in every view.
@@ -233,6 +276,12 @@ Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopMode
                                                      .count());
   loop_ = std::make_unique<PeerLoop>(*env_, settings, MemberDigest{id_, incarnation, MemberState::Alive, 0},
                                      o.fingerprint, model);
+  if (endpoint_) {
+    env_->endpoint = endpoint_.get();
+    env_->gossip = &loop_->gossip();
+    endpoint_->set_unix_origin(
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - env_->now());
+  }
 }
 
 Runtime::~Runtime() { close(0.0); }
@@ -247,6 +296,8 @@ void Runtime::start(const std::vector<PeerId>& more) {
                            {"t_offset", metrics_.elapsed()},
                            {"device", device_}});
   log_->info("listening on {}{}", id_, seeds_.empty() && more.empty() ? " (new swarm)" : "");
+  if (endpoint_)
+    log_->info("metrics on http://{}/metrics, swarm page http://{}/", endpoint_->address(), endpoint_->address());
   std::vector<PeerId> seeds = seeds_;
   for (const auto& v : more)
     if (v != id_ && std::find(seeds.begin(), seeds.end(), v) == seeds.end()) seeds.push_back(v);
@@ -266,6 +317,7 @@ LoopAction Runtime::next_action(double deadline, const std::atomic<bool>* stop) 
     const bool settling = loop_->phase() == LoopPhase::Settling;
     if (settling && !was_settling_) env_->settle_bytes0 = transport_stats().bytes_sent;  // for the "settled" line
     was_settling_ = settling;
+    publish();
     if (a.kind != LoopAction::Kind::Wait || now() >= deadline) return a;
     wait(std::min(a.until, deadline), stop);
   }
@@ -310,6 +362,7 @@ bool Runtime::drain() {
       case InboxItem::Kind::Rejected:
         ++transport_rejected_;
         last_rejection_ = it.reason;
+        if (endpoint_) endpoint_->rejected();
         metrics_.write("rejected", {{"peer", it.peer}, {"reason", it.reason}});
         break;  // the transport already logged it and closed the connection
     }
@@ -331,11 +384,72 @@ void Runtime::sleep_for(double seconds, const std::atomic<bool>* stop) {
   while (now() < until && !(stop && stop->load(std::memory_order_relaxed))) wait(until, stop);
 }
 
+std::string Runtime::metrics_address() const { return endpoint_ ? endpoint_->address() : std::string(); }
+
+void Runtime::publish(bool force) {
+  if (!endpoint_) return;
+  const double t = now();
+  if (!force && !endpoint_->publish_due(t)) return;
+  const PeerLoop& loop = *loop_;
+  const Gossip& g = loop.gossip();
+  const LoopStats& ls = loop.stats();
+  const GossipStats& gs = g.stats();
+  const net::TransportStats ts = transport_->stats();
+  PeerSample s;
+  s.t = t;
+  s.phase = loop_phase_name(loop.phase());
+  s.clock = loop.model().steps();
+  s.samples = loop.model().samples();
+  s.bytes_sent = ts.bytes_sent;
+  s.bytes_recv = ts.bytes_recv;
+  s.waits = ls.waits;
+  s.wait_seconds = ls.wait_seconds;
+  s.train_seconds = ls.train_seconds;
+  s.robust_clipped = gs.robust_clipped;
+  s.robust_refused = gs.robust_refused;
+  s.stale = gs.stale;
+  s.distance = gs.last_distance;
+  s.training_started = ls.training_started;
+  const View& v = g.view();
+  s.alive = v.alive().size() + 1;
+  s.suspect = v.live_count() - v.alive().size();
+  if (endpoint_->members_due(t)) {
+    // One pass over the view (about once a second): the slowest and fastest clocks, the rows.
+    s.members.push_back({id_, "alive", s.clock});
+    s.members_total = v.members().size() + 1;
+    std::uint64_t slowest = s.clock, fastest = s.clock;
+    bool any = false;
+    for (const auto& [id, m] : v.members()) {
+      if (m.d.state == MemberState::Alive) {
+        slowest = any ? std::min(slowest, m.d.clock) : m.d.clock;
+        any = true;
+      }
+      if (m.live()) fastest = std::max(fastest, m.d.clock);
+      if (s.members.size() < kMaxMemberRows) s.members.push_back({id, member_state_name(m.d.state), m.d.clock});
+    }
+    s.slowest = slowest;
+    s.fastest = fastest;
+    slowest_ = slowest;
+    fastest_ = fastest;
+  } else {
+    s.slowest = slowest_;  // as of the last pass (at most a second old)
+    s.fastest = fastest_;
+  }
+  endpoint_->publish(s);
+}
+
 void Runtime::close(double flush_s) {
   if (closed_) return;
   closed_ = true;
+  if (endpoint_) publish(true);  // the final values, for a scrape during the flush
   if (flush_s > 0) transport_->flush(flush_s);
   transport_->stop();
+  // The HTTP endpoint goes with the network: its port is free again (a Python process may
+  // start another peer on it), and nothing is published after this.
+  if (endpoint_) {
+    env_->endpoint = nullptr;
+    endpoint_.reset();
+  }
 }
 
 }  // namespace rumor::peer

@@ -40,6 +40,7 @@ namespace rumor::peer {
 
 class Inbox;
 class MetricsWriter;
+class MetricsEndpoint;
 
 struct RuntimeOptions {
   std::string listen = "127.0.0.1:0";   // HOST:PORT; port 0 picks a free one
@@ -51,6 +52,11 @@ struct RuntimeOptions {
   std::uint64_t seed = 1;               // the protocol's random stream (mixed with our id)
   std::uint64_t incarnation = 0;        // 0: the wall-clock milliseconds (a restart outranks its earlier life)
   std::string device = "cpu";           // for the "start" line: where the math runs ("python": a torch model)
+  // HOST:PORT of the HTTP endpoint (/metrics, /status.json, /: peer/metrics_endpoint.hpp);
+  // empty: none. `metrics_flag` names it in errors ("--metrics-listen", "metrics_listen").
+  std::string metrics_listen;
+  const char* metrics_flag = "--metrics-listen";
+  std::string name;                     // the peer's name, a label of its series (empty: none)
 };
 
 // Reads a swarm key file (net::load_swarm_key: std::invalid_argument naming the file) and
@@ -60,7 +66,9 @@ Bytes read_swarm_key(const std::string& path, spdlog::logger& log);
 class Runtime {
  public:
   // Starts the transport (listening when this returns; a bad address or TLS file throws
-  // std::invalid_argument) and builds the loop around `model`. `metrics` must outlive it.
+  // std::invalid_argument) and the HTTP endpoint if asked (a bad address or a port in use:
+  // std::invalid_argument naming options.metrics_flag), and builds the loop around `model`.
+  // `metrics` must outlive it.
   Runtime(const RuntimeOptions& options, const LoopSettings& settings, LoopModel& model, MetricsWriter& metrics,
           std::shared_ptr<spdlog::logger> log);
   ~Runtime();  // stops the transport (closes its connections)
@@ -105,8 +113,15 @@ class Runtime {
   void report_eval(std::uint64_t step, double epoch, double loss, double test_acc, const std::string& note = "");
   double last_test_acc() const { return last_acc_; }
   double last_loss() const { return last_loss_; }
-  // Lets queued frames go out (up to `flush_s`), then stops the transport. Idempotent.
+  // Lets queued frames go out (up to `flush_s`), then stops the transport and the HTTP
+  // endpoint. Idempotent.
   void close(double flush_s = 1.0);
+  // The HTTP endpoint's address as bound ("host:port"), empty without one.
+  std::string metrics_address() const;
+  // Hands the loop's current values to the HTTP endpoint when due (a few atomic updates,
+  // about every 0.25 s; a no-op without an endpoint). next_action() calls it; a driver that
+  // stays away from next_action for long (a step) may too. `force`: now, whatever is due.
+  void publish(bool force = false);
 
   // Called by drain() before Gossip handles anything (a device Trainer uploads its host mirror
   // before its next use: Trainer::params_written).
@@ -118,6 +133,7 @@ class Runtime {
   MetricsWriter& metrics_;
   std::unique_ptr<Inbox> inbox_;
   std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;  // null without --metrics-listen
   std::unique_ptr<RealEnv> env_;
   std::unique_ptr<PeerLoop> loop_;
   PeerId id_;
@@ -126,6 +142,8 @@ class Runtime {
   std::uint64_t transport_rejected_ = 0;
   std::string last_rejection_;
   double last_acc_ = NAN, last_loss_ = NAN;
+  std::uint64_t slowest_ = 0, fastest_ = 0;  // publish(): as of the last pass over the view
+  static constexpr std::size_t kMaxMemberRows = 1000;  // members listed in /status.json
   bool stop_logged_ = false;
   bool was_settling_ = false;          // the loop was in its Settling phase at the last next()
   bool closed_ = false;

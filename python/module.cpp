@@ -38,7 +38,7 @@ PYBIND11_MODULE(_rumor, m) {
   py::class_<Node>(m, "Node", py::buffer_protocol())
       .def(py::init([](std::string fingerprint, std::size_t size, std::string listen, std::vector<std::string> join,
                        std::string swarm_key, std::string metrics, std::int64_t seed, std::string log_level,
-                       std::string name, std::map<std::string, std::string> knobs) {
+                       std::string name, std::map<std::string, std::string> knobs, std::string metrics_listen) {
              NodeOptions o;
              o.fingerprint = std::move(fingerprint);
              o.size = size;
@@ -50,13 +50,14 @@ PYBIND11_MODULE(_rumor, m) {
              o.log_level = std::move(log_level);
              o.name = std::move(name);
              o.knobs.assign(knobs.begin(), knobs.end());
+             o.metrics_listen = std::move(metrics_listen);
              py::gil_scoped_release release;  // binding, starting the I/O thread
              return std::make_unique<Node>(std::move(o));
            }),
            py::arg("fingerprint"), py::arg("size"), py::arg("listen") = "127.0.0.1:0",
            py::arg("join") = std::vector<std::string>{}, py::arg("swarm_key") = "", py::arg("metrics") = "",
            py::arg("seed") = -1, py::arg("log_level") = "warning", py::arg("name") = "",
-           py::arg("knobs") = std::map<std::string, std::string>{})
+           py::arg("knobs") = std::map<std::string, std::string>{}, py::arg("metrics_listen") = "")
       .def_buffer([](Node& n) {
         return py::buffer_info(n.data(), sizeof(float), py::format_descriptor<float>::format(), 1,
                                {static_cast<py::ssize_t>(n.size())}, {static_cast<py::ssize_t>(sizeof(float))});
@@ -66,6 +67,7 @@ PYBIND11_MODULE(_rumor, m) {
         return view_of(self, n.data(), n.size());
       })
       .def("address", &Node::address)
+      .def("metrics_address", &Node::metrics_address)
       .def("fingerprint", &Node::fingerprint)
       .def("join",
            [](Node& n, double timeout) {

@@ -77,6 +77,9 @@ Node::Node(NodeOptions o) : o_(std::move(o)), pid_(::getpid()) {
   ro.param_count = o_.size;
   ro.swarm_key = peer::read_swarm_key(o_.swarm_key_path, *log_);
   ro.device = "python";
+  ro.metrics_listen = o_.metrics_listen;
+  ro.metrics_flag = "metrics_listen";
+  ro.name = o_.name;
   if (o_.seed >= 0) ro.seed = static_cast<std::uint64_t>(o_.seed);
   metrics_ = std::make_unique<peer::MetricsWriter>(o_.metrics_path);  // std::runtime_error naming the path
   rt_ = std::make_unique<peer::Runtime>(ro, ls, *this, *metrics_, log_);
@@ -139,6 +142,7 @@ void Node::check_process() const {
 }
 
 std::string Node::address() const { return rt_->id(); }
+std::string Node::metrics_address() const { return rt_->metrics_address(); }
 
 void Node::set_extra_state(const std::uint8_t* data, std::size_t size) {
   check_process();

@@ -49,6 +49,7 @@ struct NodeOptions {
   std::vector<std::string> join;
   std::string swarm_key_path;
   std::string metrics_path;
+  std::string metrics_listen;  // HOST:PORT of /metrics, /status.json and / (empty: none)
   std::int64_t seed = -1;  // -1: from the listen address
   std::string log_level = "warning";
   std::string name;
@@ -106,6 +107,7 @@ class Node final : public LoopModel {
   float* data() { return flat_.data(); }
   std::size_t size() const { return flat_.size(); }
   std::string address() const;
+  std::string metrics_address() const;  // "host:port" of the HTTP endpoint, empty without one
   const std::string& fingerprint() const { return o_.fingerprint; }
 
   // Blocks until the loop is ready for the first step (joined, and a joiner holds the swarm's

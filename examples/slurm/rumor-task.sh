@@ -7,6 +7,9 @@
 #   listen   RUMOR_LISTEN_HOST, else this node's address from RUMOR_NODE_ADDRS ("node=ip ..."),
 #            port RUMOR_PORT_BASE + RUMOR_PORT_GROUP_OFFSET + SLURM_LOCALID (distinct per task
 #            on a node)
+#   metrics  --metrics-listen on the same address, port RUMOR_METRICS_PORT_BASE (7100) +
+#            RUMOR_PORT_GROUP_OFFSET + SLURM_LOCALID: /metrics, /status.json and the swarm page
+#            (docs/cluster.md); RUMOR_METRICS_PORT_BASE=0 turns it off
 #   join     RUMOR_JOIN (built once by the batch script: two members)
 #   shard    (RUMOR_SHARD_OFFSET + SLURM_PROCID + 1) / RUMOR_SHARD_TOTAL (default SLURM_NTASKS)
 #   device   RUMOR_DEVICE=auto: cuda:0 when Slurm bound one GPU to the task (--gpus-per-task=1
@@ -45,6 +48,12 @@ if [ "$device" = auto ]; then
   fi
 fi
 
+metrics_listen=()
+metrics_base="${RUMOR_METRICS_PORT_BASE:-7100}"
+if [ "$metrics_base" != 0 ]; then
+  metrics_listen=(--metrics-listen "$host:$((metrics_base + ${RUMOR_PORT_GROUP_OFFSET:-0} + SLURM_LOCALID))")
+fi
+
 name="peer-$k"
 ckpt="$RUMOR_OUT/checkpoints/$name"
 mkdir -p "$ckpt"
@@ -58,4 +67,4 @@ exec "${RUMOR_PEER:-rumor-peer}" \
   --shard "$((k + 1))/$total" --min-peers "${RUMOR_MIN_PEERS:-$total}" --device "$device" \
   --threads "${SLURM_CPUS_PER_TASK:-1}" \
   --checkpoint "$ckpt" --checkpoint-every "${RUMOR_CHECKPOINT_EVERY:-60}" "${resume[@]}" \
-  --name "$name" --metrics "$RUMOR_OUT/$name.jsonl" ${RUMOR_ARGS:-} 2>>"$RUMOR_OUT/$name.log"
+  --name "$name" --metrics "$RUMOR_OUT/$name.jsonl" "${metrics_listen[@]}" ${RUMOR_ARGS:-} 2>>"$RUMOR_OUT/$name.log"

@@ -93,6 +93,9 @@ class Peer:
     join         members to join through ("HOST:PORT" strings); empty: a new swarm of one.
     swarm_key    path of a swarm key file (docs/security.md); None: an open swarm.
     metrics      a JSON-lines metrics file (docs/metrics.md), or None.
+    metrics_listen  "HOST:PORT" to serve HTTP on once a model is bound: /metrics (Prometheus),
+                 /status.json and / (the live swarm page), as rumor-peer --metrics-listen; port 0
+                 picks a free one (see .metrics_address). None: no endpoint.
     wait_timeout seconds a single staleness wait may block a step before training goes on anyway.
     seed         seeds the protocol's random choices (None: from the address).
     log_level    spdlog level of the peer's stderr log ("warning" by default: quiet).
@@ -104,8 +107,10 @@ class Peer:
     """
 
     def __init__(self, listen="127.0.0.1:0", join=(), swarm_key=None, metrics=None, wait_timeout=60.0,
-                 seed=None, log_level="warning", name=None, **knobs):
+                 seed=None, log_level="warning", name=None, metrics_listen=None, **knobs):
         _check_host_port(listen, "listen", True)
+        if metrics_listen is not None:
+            _check_host_port(metrics_listen, "metrics_listen", True)
         if isinstance(join, str):
             join = [j for j in join.split(",") if j]
         join = list(join)
@@ -124,7 +129,7 @@ class Peer:
             raise ValueError(f"swarm_key {swarm_key!r}: no such file")
         self._opts = dict(listen=listen, join=join, swarm_key=swarm_key or "", metrics=metrics or "",
                           seed=-1 if seed is None else int(seed), log_level=log_level, name=name or "",
-                          knobs=texts)
+                          knobs=texts, metrics_listen=metrics_listen or "")
         self.settings = dict(knobs)
         self.wait_timeout = float(wait_timeout)
         self._pid = os.getpid()
@@ -183,6 +188,12 @@ class Peer:
     def address(self):
         """The "HOST:PORT" this peer listens on: what others pass as join."""
         return self._bound().address()
+
+    @property
+    def metrics_address(self):
+        """The "HOST:PORT" of the HTTP endpoint (metrics_listen, the real port when 0 was asked
+        for): http://HOST:PORT/metrics, /status.json, /. None without metrics_listen."""
+        return self._bound().metrics_address() or None
 
     # -- the protocol --------------------------------------------------------------------------
     def join(self, timeout=60.0):

@@ -121,6 +121,13 @@ def check_file(path):
     check(ports.get("gossip") == port, f + ": container port 'gossip' == RUMOR_PORT (%s vs %s)" % (ports.get("gossip"), port))
     sp = s["ports"][0]
     check(sp.get("port") == port and sp.get("targetPort") in ("gossip", port), f + ": Service port -> the gossip port")
+    # The HTTP endpoint (docs/cluster.md): a named container port, on the Service and in the
+    # scrape annotations, that rumor-peer --metrics-listen is given.
+    mport = int(env.get("RUMOR_METRICS_PORT", "0"))
+    check(mport and ports.get("metrics") == mport, f + ": container port 'metrics' == RUMOR_METRICS_PORT (%s vs %s)" % (ports.get("metrics"), mport))
+    check(any(p.get("port") == mport and p.get("targetPort") in ("metrics", mport) for p in s["ports"]), f + ": Service port -> the metrics port")
+    ann = ss["template"].get("metadata", {}).get("annotations", {})
+    check(ann.get("prometheus.io/port") == str(mport) and ann.get("prometheus.io/scrape") == "true", f + ": scrape annotations name the metrics port")
     probe = c.get("readinessProbe", {}).get("tcpSocket", {})
     check(probe.get("port") in ("gossip", port), f + ": readiness = the gossip port accepts connections (tcpSocket)")
     check(field_ref(c, "POD_IP") == "status.podIP", f + ": POD_IP from the downward API (status.podIP)")
@@ -147,6 +154,8 @@ def check_file(path):
         check(flag(args, "--join") == want_join, "%s: ordinal %d --join %s, want %s" % (f, ordinal, flag(args, "--join"), want_join))
         want_shard = "%d/%d" % (ordinal % shards + 1, shards)
         check(flag(args, "--shard") == want_shard, "%s: ordinal %d --shard %s, want %s" % (f, ordinal, flag(args, "--shard"), want_shard))
+        want_metrics = "10.1.2.%d:%d" % (10 + ordinal, mport)
+        check(flag(args, "--metrics-listen") == want_metrics, "%s: ordinal %d --metrics-listen %s, want %s" % (f, ordinal, flag(args, "--metrics-listen"), want_metrics))
         jt = flag(args, "--join-timeout")
         check(jt is not None and float(jt) >= 60, f + ": --join-timeout >= 60 s (DNS records can lag ~30 s)")
         check(flag(args, "--checkpoint") == mounts.get("checkpoints"), f + ": --checkpoint is the mounted volume")
