@@ -134,6 +134,7 @@ def plan(a, environ):
         first, total = 0, a.nproc
         ports = [a.port + i for i in range(a.nproc)] if a.port else _free_ports(host, a.nproc)
         founders = [f"{host}:{p}" for p in ports[:2]]
+    founders = list(dict.fromkeys(founders))  # --host for several nodes: one address
     if a.join:
         join, min_peers = a.join, None  # a running swarm: take its model (no min_peers)
     else:
