@@ -133,6 +133,7 @@ class Peer:
         self._node = None
         self._closed = False
         self._trained = False  # steps since the last serve(): close() settles first
+        self._settle_hook = None  # rumor.torch: serve() and apply the mix to the live parameters
         self.fingerprint = None
         _leave_on_sigterm()
 
@@ -284,7 +285,7 @@ class Peer:
                       f"{self.settings.get('settle', KNOBS['settle']['default'])} s, up to settle_max while a "
                       "peer is still training; close(settle=False) skips it)")
             try:
-                self.serve()
+                (self._settle_hook or self.serve)()
             except Exception as e:  # noqa: BLE001 - a peer that cannot settle (diverged) still leaves
                 self._say(f"could not settle ({type(e).__name__}: {e}); leaving")
         self._closed = True
