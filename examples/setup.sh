@@ -4,7 +4,8 @@
 RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libcereal-dev
   libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libssl-dev libxxhash-dev libfmt-dev nlohmann-json3-dev openssl
   dataset-fashion-mnist python3-matplotlib python3-yaml clang libclang-rt-dev  # clang + libclang-rt-dev: libFuzzer (tests/run.sh)
-  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest)  # the Python module (docs/python.md)
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest  # the Python module (docs/python.md)
+  python3-pip python3-setuptools python3-wheel python3-venv)  # pip install ./python (offline, in a venv)
 # python3-yaml: tests/k8s. The Slurm test's packages are installed by examples/slurm/local-slurm.sh.
 
 rumor_install_packages() {
