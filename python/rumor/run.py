@@ -278,7 +278,8 @@ def run(a, rumor_peer=None, environ=None):
             outputs += [_Output(proc.stdout, p["name"], sys.stdout), _Output(proc.stderr, p["name"], sys.stderr)]
         join = ",".join(peers[0]["join"]) or "(none: a swarm of one)"
         say(f"started {len(procs)} peer(s) {peers[0]['name']}..{peers[-1]['name']} of {peers[0]['n']}, "
-            f"shards {peers[0]['k']}..{peers[-1]['k']}/{peers[0]['n']}, join list {join}; "
+            f"shards {peers[0]['k']}..{peers[-1]['k']}/{peers[0]['n']}, listening on "
+            f"{','.join(p['listen'] for p in peers)}; join list {join}; "
             f"{'pids ' + ' '.join(str(q.pid) for q, _ in procs)}")
         return _watch(a, procs, stop, t0)
     finally:
