@@ -53,6 +53,10 @@ def main():
               f"{last.get('samples_per_s', 0):>11.0f}{last.get('wall_s', last.get('t', 0)):>8.1f}")
         if not done:
             print(f"  ({name} has no 'done' line: it did not finish)")
+    finals = [done["test_acc"] for _, _, _, done in peers if done and done.get("test_acc") is not None]
+    if len(finals) > 1:  # a swarm that settled ends on one model: the spread says how close
+        print(f"final test_acc of the {len(finals)} peers that finished: {min(finals):.4f}-{max(finals):.4f}, "
+              f"spread {100 * (max(finals) - min(finals)):.2f} points")
 
     if args.png:
         import matplotlib

@@ -6,7 +6,8 @@ RUMOR_PACKAGES=(build-essential cmake ninja-build libeigen3-dev libasio-dev libc
   dataset-fashion-mnist python3-matplotlib python3-yaml clang libclang-rt-dev  # clang + libclang-rt-dev: libFuzzer (tests/run.sh)
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest  # the Python module (docs/python.md)
   prometheus-cpp-dev libcivetweb-dev  # rumor-peer --metrics-listen (docs/metrics.md)
-  prometheus python3-prometheus-client chromium chromium-driver python3-selenium)  # its tests (tests/ops/)
+  prometheus python3-prometheus-client chromium chromium-driver python3-selenium  # its tests (tests/ops/)
+  python3-pip python3-setuptools python3-wheel python3-venv)  # pip install ./python (offline, in a venv)
 # python3-yaml: tests/k8s. The Slurm test's packages are installed by examples/slurm/local-slurm.sh.
 
 rumor_install_packages() {

@@ -8,14 +8,19 @@ accuracy PNG as examples/quickstart.sh (examples/report.py over the peers' metri
                       nn.Sequential equivalent of `rumor-peer --model mlp:256,128` with 2
                       rumor-peer processes (same fingerprint, same flat layout: they average).
 
-Every peer is its own process (this script in --worker mode), one thread each. Fashion-MNIST is
-read from the Debian package's IDX files (/usr/share/datasets/fashion-mnist). docs/python.md.
+Every peer is its own process, one thread each: this script in --worker mode, started by
+rumor-run (build/bin/rumor-run), which gives each its shard, name, address, join list and metrics
+file (RUMOR_* variables; docs/python.md "rumor-run"); --mixed peers are rumor-peer processes,
+each started by its own rumor-run --join. Fashion-MNIST is read from the Debian package's IDX
+files (/usr/share/datasets/fashion-mnist). docs/python.md.
 """
 import argparse
 import gzip
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -112,6 +117,11 @@ def shard(n, k, parts, seed):
 def worker(a):
     import torch
     torch.set_num_threads(1)
+    if a.shard is None:  # rumor-run's RUMOR_SHARD=K/N: K (the data is cut in --peers shards)
+        k = os.environ.get("RUMOR_SHARD", "1/1").split("/")[0]
+        a.shard = int(k)
+    if a.eval_every >= 0 and a.shard > a.eval_peers:
+        a.eval_every = -1  # only peers 1..--eval-peers evaluate during training
     xtr, ytr, xte, yte = fashion_mnist(a.data)
     rows = torch.from_numpy(shard(len(xtr), a.shard, a.peers, a.seed))
     xtr, ytr = xtr[rows], ytr[rows]
@@ -127,10 +137,10 @@ def worker(a):
     else:
         import rumor
         import rumor.torch
-        peer = rumor.Peer(listen="127.0.0.1:0", join=[a.join] if a.join else [], local_steps=a.local_steps,
-                          staleness=a.staleness, codec=a.codec, mix_weight=a.mix_weight, metrics=a.metrics,
-                          min_peers=a.min_peers,
-                          name=a.name, log_level="info")
+        # listen, join, name and metrics: rumor-run's (rumor.Peer reads them), unless given
+        more = {} if a.min_peers is None else {"min_peers": a.min_peers}
+        peer = rumor.Peer(join=a.join, local_steps=a.local_steps, staleness=a.staleness, codec=a.codec,
+                          mix_weight=a.mix_weight, metrics=a.metrics, name=a.name, log_level="info", **more)
         opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch)
         report = opt.report
         print("listening on", peer.address, flush=True)
@@ -177,7 +187,18 @@ def worker(a):
     return 0
 
 
+def rumor_run(build):
+    """The launcher: the build's (build/bin/rumor-run), else one on PATH (pip install ./python)."""
+    import shutil
+    here = os.path.join(build, "bin", "rumor-run")
+    found = here if os.path.exists(here) else shutil.which("rumor-run")
+    if not found:
+        sys.exit(f"rumor-run not found ({here}, nor on PATH): build the rumor_python target, or pip install ./python")
+    return found
+
+
 def launch(a):
+    import threading
     os.makedirs(a.out, exist_ok=True)
     for f in os.listdir(a.out):
         if f.endswith((".jsonl", ".log")):
@@ -185,77 +206,80 @@ def launch(a):
     n_py = a.peers - a.mixed
     model = "mlp" if a.mixed else "cnn"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = []
-
-    def py_peer(k, join):
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--shard", str(k), "--peers", str(a.peers),
-               "--model", model, "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
-               "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
-               "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
-               "--mix-weight", a.mix_weight,
-               "--metrics", os.path.join(a.out, f"p{k}.jsonl"), "--name", f"p{k}", "--min-peers", str(a.peers),
-               "--data", a.data, "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
-               "--eval-every-epochs", str(a.eval_every_epochs),
-               "--eval-every", str(a.eval_every if k <= a.eval_peers else -1),
-               "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
-        if join:
-            cmd += ["--join", join]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(os.path.join(a.out, f"p{k}.log"), "w"),
-                             text=True, env=env)
-        procs.append(p)
-        return p
-
-    def cpp_peer(k, join):
-        binary = os.path.join(a.build, "peer", "rumor-peer")
-        cmd = [binary, "--listen", "127.0.0.1:0", "--join", join, "--shard", f"{k}/{a.peers}", "--model",
-               "mlp:256,128", "--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr),
-               "--lr-schedule", a.lr_schedule, "--decay-fraction", str(a.decay_fraction),
-               "--local-steps", str(a.local_steps), "--staleness", str(a.staleness), "--codec", a.codec,
-               "--mix-weight", a.mix_weight,
-               "--min-peers", str(a.peers), "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"),
-               "--data", a.data] + (["--steps", str(a.steps)] if a.steps else [])
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                      stderr=open(os.path.join(a.out, f"c{k}.log"), "w")))
-
+    run = rumor_run(a.build)
+    recipe = ["--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr), "--lr-schedule", a.lr_schedule,
+              "--decay-fraction", str(a.decay_fraction), "--local-steps", str(a.local_steps), "--staleness",
+              str(a.staleness), "--codec", a.codec, "--mix-weight", a.mix_weight]
+    limits = ["--timeout", str(a.timeout), "--grace", "10"]
+    # The Python peers: one rumor-run, --nproc of them, shards 1..n_py of --peers, every one
+    # waiting for all --peers (rumor-peer ones included) before training.
+    cmd = [run, "--nproc", str(n_py), "--metrics-dir", a.out, *limits, "--", os.path.abspath(__file__), "--worker",
+           "--peers", str(a.peers), "--model", model, *recipe, "--min-peers", str(a.peers), "--data", a.data,
+           "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
+           "--eval-every-epochs", str(a.eval_every_epochs), "--eval-every", str(a.eval_every),
+           "--eval-peers", str(a.eval_peers), "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
     print(f"== {n_py} Python peer(s) ({'the mlp:256,128 equivalent' if a.mixed else 'a 2-conv CNN'})"
           + (f" and {a.mixed} rumor-peer peer(s)" if a.mixed else "") + f" on 127.0.0.1; logs in {a.out}", flush=True)
-    first = py_peer(1, None)
-    if a.plain:  # no swarm: independent loops under the same load (bench/torch_bench.py)
-        for k in range(2, n_py + 1):
-            py_peer(k, None)
-    else:
-        seed = None
-        for line in first.stdout:
-            if line.startswith("listening on "):
-                seed = line.split()[2]
-                break
-        if not seed:
-            sys.exit(open(os.path.join(a.out, "p1.log")).read()[-3000:] + "\npeer 1 did not start")
-        print(f"   p1 listens on {seed}", flush=True)
-        for k in range(2, n_py + 1):
-            py_peer(k, seed)
-        for k in range(n_py + 1, a.peers + 1):
-            cpp_peer(k, seed)
-    t0 = time.monotonic()
+    py = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True)
+    procs, out_lines, founders = [py], [], []
+    started = threading.Event()
+
+    def copy_stderr(stream, log):  # rumor-run's lines and every peer's log, "[pK] "-prefixed
+        with open(log, "w") as f:
+            for line in stream:
+                f.write(line)
+                f.flush()
+                m = re.match(r"rumor-run: started .* listening on (\S+);", line)
+                if m and not started.is_set():
+                    founders.extend(m.group(1).split(",")[:2])  # the swarm's founders (one: a swarm of one)
+                    started.set()
+        started.set()
+
+    threads = [threading.Thread(target=copy_stderr, args=(py.stderr, os.path.join(a.out, "python-peers.log")),
+                                daemon=True),
+               threading.Thread(target=lambda: out_lines.extend(py.stdout), daemon=True)]
+    for t in threads:
+        t.start()
     rc = 0
     try:
-        for p in procs:
-            rc |= p.wait(a.timeout - (time.monotonic() - t0)) != 0
-    except subprocess.TimeoutExpired:
-        rc = 1
-        print(f"timed out after {a.timeout} s", file=sys.stderr)
+        started.wait(60)
+        if a.mixed:
+            if not founders:
+                sys.exit(open(os.path.join(a.out, "python-peers.log")).read()[-3000:] + "\nthe Python peers did not start")
+            print(f"   the Python peers' founders: {', '.join(founders)}", flush=True)
+            binary = os.path.join(a.build, "peer", "rumor-peer")
+            for k in range(n_py + 1, a.peers + 1):
+                procs.append(subprocess.Popen(
+                    [run, "--join", ",".join(founders), *limits, "--", binary, "--listen", "127.0.0.1:0",
+                     "--shard", f"{k}/{a.peers}", "--model", "mlp:256,128", *recipe, "--min-peers", str(a.peers),
+                     "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"), "--data", a.data]
+                    + (["--steps", str(a.steps)] if a.steps else []),
+                    stdout=subprocess.DEVNULL, stderr=open(os.path.join(a.out, f"c{k}.log"), "w"), env=env,
+                    start_new_session=True))
+        t0 = time.monotonic()
+        try:
+            for p in procs:  # each rumor-run ends by --timeout at the latest
+                rc |= p.wait(max(1.0, a.timeout + 30 - (time.monotonic() - t0))) != 0
+        except subprocess.TimeoutExpired:
+            rc = 1
+            print(f"timed out after {a.timeout} s", file=sys.stderr)
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for t in threads:
+            t.join(5)
     if rc:
         sys.exit(f"a peer failed; see {a.out}/*.log")
     summary = {}
-    for k, p in enumerate(procs[:n_py], 1):
-        last = [l for l in (p.stdout.read() or "").splitlines() if l.startswith("final ")]
-        if last:
-            f = last[-1].split()
-            summary[f"p{k}"] = {f[i]: float(f[i + 1]) for i in range(1, len(f) - 1, 2)}
+    for line in out_lines:
+        m = re.match(r"\[p(\d+)\] final (.*)$", line)
+        if m:
+            f = m.group(2).split()
+            summary[f"p{m.group(1)}"] = {f[i]: float(f[i + 1]) for i in range(0, len(f) - 1, 2)}
+    summary = dict(sorted(summary.items(), key=lambda kv: int(kv[0][1:])))
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if a.plain:
@@ -298,12 +322,12 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=3600)
     # worker mode (one peer; started by the launcher)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--shard", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)  # default: RUMOR_SHARD
     ap.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     ap.add_argument("--join", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--metrics", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--name", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--min-peers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--min-peers", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help="the same loops without Rumor (overhead baseline)")
     ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)

@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - a build or path problem, said pla
         "rumor: the compiled extension rumor._rumor is missing (" + str(e) + "). Build it with "
         "`cmake --build build --target rumor_python` and put build/python on PYTHONPATH.") from e
 
-__all__ = ["Peer", "KNOBS", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout",
+__all__ = ["Peer", "KNOBS", "shard_from_env", "RumorError", "FingerprintMismatch", "JoinTimeout", "ForkError", "PeerClosed", "WaitTimeout",
            "Diverged"]
 
 # The staleness bound (or a join that never finished) held a step back longer than the peer's
@@ -106,8 +106,10 @@ class Peer:
                  keep their own (shared) initialisation rather than fetching the swarm's model.
     """
 
-    def __init__(self, listen="127.0.0.1:0", join=(), swarm_key=None, metrics=None, wait_timeout=60.0,
+    def __init__(self, listen=None, join=None, swarm_key=None, metrics=None, wait_timeout=60.0,
                  seed=None, log_level="warning", name=None, metrics_listen=None, **knobs):
+        # rumor-run's environment gives what the arguments leave out (docs/python.md "rumor-run").
+        listen, join, name, metrics, knobs, self.shard = _from_launcher(listen, join, name, metrics, knobs)
         _check_host_port(listen, "listen", True)
         if metrics_listen is not None:
             _check_host_port(metrics_listen, "metrics_listen", True)
@@ -135,7 +137,18 @@ class Peer:
         self._pid = os.getpid()
         self._node = None
         self._closed = False
+        self._trained = False  # steps since the last serve(): close() settles first
+        self._settle_hook = None  # rumor.torch: serve() and apply the mix to the live parameters
         self.fingerprint = None
+        _leave_on_sigterm()
+
+    @classmethod
+    def from_env(cls, **kwargs):
+        """A peer as rumor-run describes it: listen, join, name, shard (`peer.shard`, (K, N)),
+        min_peers and metrics from RUMOR_LISTEN, RUMOR_JOIN, RUMOR_NAME, RUMOR_SHARD,
+        RUMOR_MIN_PEERS and RUMOR_METRICS; keyword arguments win. Outside rumor-run: a swarm of
+        one (shard 1/1). Peer() reads the same variables for the arguments it is not given."""
+        return cls(**kwargs)
 
     # -- state -------------------------------------------------------------------------------
     def _check(self):
@@ -222,7 +235,9 @@ class Peer:
         exchange when one is due (every local_steps steps); when the staleness bound holds this
         peer back, blocks (GIL released, at most wait_timeout s) until the slowest peer catches up
         or leaves. Returns the change mixed in during that wait (as begin_step()), or None."""
-        return self._bound().end_step(float(loss), float(seconds), int(samples), self.wait_timeout)
+        node = self._bound()
+        self._trained = True
+        return node.end_step(float(loss), float(seconds), int(samples), self.wait_timeout)
 
     def serve(self, seconds=None, max_seconds=None):
         """Pauses training to average with the swarm (GIL released), as a settling rumor-peer does:
@@ -236,9 +251,11 @@ class Peer:
         begins (joining) it only answers, for `seconds`. Between steps a peer answers the swarm in
         the background anyway (docs/python.md). Returns the change mixed into the buffer
         meanwhile (as begin_step()), or None."""
+        node = self._bound()
+        self._trained = False
         if seconds is None:  # the settle settings, both
-            return self._bound().serve(-1.0, -1.0 if max_seconds is None else float(max_seconds))
-        return self._bound().serve(float(seconds), 0.0 if max_seconds is None else float(max_seconds))
+            return node.serve(-1.0, -1.0 if max_seconds is None else float(max_seconds))
+        return node.serve(float(seconds), 0.0 if max_seconds is None else float(max_seconds))
 
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """Writes an "eval" metrics line with what your loop measured (test accuracy, loss, epoch)
@@ -258,17 +275,30 @@ class Peer:
 
     def stats(self):
         """Counters: steps, samples, exchanges (initiated + answered), failed, rejected, stale,
-        peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv."""
-        return self._bound().stats()
+        peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv:
+        ints, but wait_s (seconds, a float)."""
+        return {k: (v if k == "wait_s" else int(v)) for k, v in self._bound().stats().items()}
 
-    def close(self, timeout=5.0):
-        """Graceful leave: announce, hand the model over to a neighbour, stop the network.
-        Returns within about `timeout` seconds whatever the others do. Idempotent."""
+    def close(self, timeout=5.0, settle=True):
+        """Ends this peer's part in the swarm. With `settle` (the default) and steps taken since
+        the last serve(), it first settles as rumor-peer does at the end of training (serve()
+        with the settle settings: 3 s, up to settle_max while a live peer is still training),
+        and says so on stderr, so that every peer ends on the swarm's model. Then the graceful
+        leave: announce, hand the model over to a neighbour, stop the network, within about
+        `timeout` seconds whatever the others do. Idempotent."""
         if os.getpid() != self._pid:
             raise ForkError("this rumor.Peer belongs to process %d (the parent of this fork): close it "
                             "there" % self._pid)
         if self._closed:
             return
+        if settle and self._trained and self._node is not None:
+            self._say("training ended: settling with the swarm before leaving (serve(): settle "
+                      f"{self.settings.get('settle', KNOBS['settle']['default'])} s, up to settle_max while a "
+                      "peer is still training; close(settle=False) skips it)")
+            try:
+                (self._settle_hook or self.serve)()
+            except Exception as e:  # noqa: BLE001 - a peer that cannot settle (diverged) still leaves
+                self._say(f"could not settle ({type(e).__name__}: {e}); leaving")
         self._closed = True
         node, self._node = self._node, None
         if node is not None:
@@ -280,10 +310,14 @@ class Peer:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if os.getpid() == self._pid:
-            self.close()
+            self.close(settle=exc_type is None)  # an exception: leave at once
         return False
+
+    def _say(self, msg):
+        import sys
+        print(f"rumor: {self._opts['name'] or 'peer'}: {msg}", file=sys.stderr, flush=True)
 
     def __repr__(self):
         state = "closed" if self._closed else (self._node.address() if self._node else "unbound")
@@ -313,13 +347,59 @@ def _explain_mismatch(reason):
     return msg + f" (ours '{ours}', theirs '{theirs}')"
 
 
+def _from_launcher(listen, join, name, metrics, knobs):
+    """Fills what the caller left out from rumor-run's variables (python/rumor/run.py)."""
+    env = os.environ
+    if listen is None:
+        listen = env.get("RUMOR_LISTEN") or "127.0.0.1:0"
+    if join is None:
+        join = env.get("RUMOR_JOIN", "")
+    if name is None:
+        name = env.get("RUMOR_NAME") or None
+    if metrics is None:
+        metrics = env.get("RUMOR_METRICS") or None
+    if "min_peers" not in knobs and env.get("RUMOR_MIN_PEERS"):
+        knobs = dict(knobs, min_peers=env["RUMOR_MIN_PEERS"])
+    return listen, join, name, metrics, knobs, shard_from_env()
+
+
+def shard_from_env():
+    """(K, N) from RUMOR_SHARD=K/N (rumor-run), or (1, 1) when it is not set."""
+    text = os.environ.get("RUMOR_SHARD")
+    if not text:
+        return (1, 1)
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"RUMOR_SHARD={text!r}: expected K/N with 1 <= K <= N")
+    return (int(k), int(n))
+
+
+def _leave_on_sigterm():
+    """Under rumor-run (RUMOR_RUN=1), SIGTERM raises SystemExit(0) in the main thread: the loop
+    unwinds, a `with` block or the exit hook closes the peer (a graceful leave), exit code 0, as
+    rumor-peer does. Only where SIGTERM still has its default action."""
+    import signal
+    if os.environ.get("RUMOR_RUN") != "1" or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def leave(signum, frame):
+        import sys
+        print(f"rumor: {os.environ.get('RUMOR_NAME', 'peer')}: SIGTERM: leaving the swarm", file=sys.stderr,
+              flush=True)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
 def _close_all_at_exit():
     with _open_lock:
         peers = list(_open_peers)
     for p in peers:
         if os.getpid() == p._pid:
             try:
-                p.close(timeout=2.0)
+                p.close(timeout=2.0, settle=False)
             except Exception:
                 pass
 

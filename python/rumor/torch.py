@@ -15,9 +15,12 @@ The flat layout and the fingerprint (rumor/fingerprint.py):
 CPU tensors go through numpy views of the buffer (no copy but the one into place); CUDA tensors
 through a pinned host buffer, with an explicit synchronize before the C++ side reads it.
 """
+import collections
 import json
 import math
+import os
 import struct
+import sys
 import time
 import warnings
 
@@ -25,11 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import Peer, RumorError
+from . import Peer, RumorError, shard_from_env
 from .fingerprint import dense_fingerprint, torch_fingerprint
 
 __all__ = ["GossipOptimizer", "ParamAverager", "ModelLayout", "ModelChanged", "encode_optimizer_state",
-           "decode_optimizer_state", "OptimizerStateWarning"]
+           "decode_optimizer_state", "decode_scheduler_states", "OptimizerStateWarning", "swarm", "ShardSampler"]
 
 
 class ModelChanged(RumorError, ValueError):
@@ -229,9 +232,28 @@ def _opt_params(optimizer):
     return [p for g in optimizer.param_groups for p in g["params"]]
 
 
-def encode_optimizer_state(optimizer):
-    """The optimizer's per-parameter state as bytes (see decode_optimizer_state), or b"" when it
-    has none yet (before its first step)."""
+def _plain(v):
+    """v when it is JSON made of numbers, strings, booleans, None and lists of them, else None."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, float)):
+        return v if math.isfinite(v) else None
+    if isinstance(v, (list, tuple)):
+        items = [_plain(x) for x in v]
+        return items if all(x is not None or y is None for x, y in zip(items, v)) else None
+    return None
+
+
+def _scheduler_state(sched):
+    """An LR scheduler's state_dict(), its plain values only (LambdaLR's functions stay out)."""
+    return [type(sched).__name__, {k: _plain(v) for k, v in sched.state_dict().items()
+                                   if _plain(v) is not None or v is None}]
+
+
+def encode_optimizer_state(optimizer, schedulers=()):
+    """The optimizer's per-parameter state as bytes (see decode_optimizer_state), with the state
+    of the LR schedulers given (plain numbers: decode_scheduler_states), or b"" when it has none
+    yet (before its first step)."""
     params = _opt_params(optimizer)
     tensors, numbers, arrays, off = [], [], [], 0
     for i, p in enumerate(params):
@@ -256,7 +278,8 @@ def encode_optimizer_state(optimizer):
     if not tensors and not numbers:
         return b""
     header = json.dumps({"optimizer": type(optimizer).__name__, "params": len(params), "tensors": tensors,
-                         "numbers": numbers}, separators=(",", ":")).encode()
+                         "numbers": numbers, "schedulers": [_scheduler_state(x) for x in schedulers]},
+                        separators=(",", ":")).encode()
     head = len(_OPT_MAGIC) + 4 + len(header)
     out = bytearray(head + off)
     out[:head] = _OPT_MAGIC + struct.pack("<I", len(header)) + header
@@ -342,6 +365,57 @@ def decode_optimizer_state(blob, optimizer):
     return state
 
 
+def decode_scheduler_states(blob):
+    """The LR schedulers' states that encode_optimizer_state wrote: [[class name, {key: value}],
+    ...] (plain JSON values; [] when there are none). ValueError for a malformed blob."""
+    blob = memoryview(blob).cast("B")
+    if bytes(blob[:len(_OPT_MAGIC)]) != _OPT_MAGIC or len(blob) < len(_OPT_MAGIC) + 4:
+        raise ValueError("not a Rumor optimizer state (bad magic)")
+    pos = len(_OPT_MAGIC)
+    (hlen,) = struct.unpack("<I", blob[pos:pos + 4])
+    try:
+        h = json.loads(bytes(blob[pos + 4:pos + 4 + hlen]).decode())
+        out = h.get("schedulers", [])
+        if not isinstance(out, list) or not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str)
+                                                and isinstance(x[1], dict) for x in out):
+            raise ValueError("schedulers is not a list of [name, state]")
+    except (ValueError, UnicodeDecodeError, AttributeError) as e:
+        raise ValueError(f"optimizer state header is malformed ({e})") from None
+    return out
+
+
+def _load_scheduler_state(sched, theirs):
+    """Loads another peer's scheduler state into `sched`: only the keys our own state_dict has,
+    each of the same kind (a number for a number, a list of as many numbers for a list), so an
+    untrusted member sets nothing else. Then the learning rates it had: the schedule goes on
+    from there. Raises ValueError when nothing fits (another class)."""
+    name, state = theirs
+    if name != type(sched).__name__:
+        raise ValueError(f"the member's scheduler is a {name:.64}, this one a {type(sched).__name__}")
+    ours = sched.state_dict()
+    take = {}
+    for k, v in state.items():
+        if k not in ours or k == "lr_lambdas":
+            continue
+        mine = ours[k]
+        if isinstance(mine, bool) or isinstance(v, bool):
+            ok = isinstance(mine, bool) and isinstance(v, bool)
+        elif isinstance(mine, (int, float)):
+            ok = isinstance(v, (int, float)) and math.isfinite(v) and (isinstance(v, int) or not isinstance(mine, int))
+        elif isinstance(mine, list):
+            ok = (isinstance(v, list) and len(v) == len(mine)
+                  and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v))
+        else:
+            ok = False
+        if ok:
+            take[k] = v
+    sched.load_state_dict(dict(ours, **take))
+    last = take.get("_last_lr")
+    if last is not None:
+        for g, lr in zip(sched.optimizer.param_groups, last):
+            g["lr"] = lr
+
+
 class _Sync:
     """The step protocol shared by GossipOptimizer and ParamAverager."""
 
@@ -351,13 +425,23 @@ class _Sync:
         if peer.bound:
             raise RumorError("this peer already has a model: one model per peer")
         self.peer, self.layout, self.model = peer, layout, model
-        self.samples_per_step = int(samples_per_step)
+        self.samples_per_step = None if samples_per_step is None else int(samples_per_step)
+        self.batch_samples = 0  # samples of the training forward passes since the last step
+        if self.samples_per_step is None and isinstance(model, nn.Module):
+            model.register_forward_pre_hook(self._count_batch)
         flat = peer.bind(layout.fingerprint, layout.size)
         layout.bind(flat)
         layout.copy_in()  # our initialisation, until (and unless) the swarm's model replaces it
+        peer._settle_hook = self.serve  # close() settles the live parameters too, not the buffer alone
         self._last = None
         self.joined = False
         self.rumor_seconds = 0.0  # time spent in Rumor's part of step() (samples/s overhead)
+
+    def _count_batch(self, module, args):
+        """A training forward pass (train mode, gradients on): its batch is the first dimension of
+        its first tensor argument."""
+        if module.training and torch.is_grad_enabled() and args and torch.is_tensor(args[0]) and args[0].dim() > 0:
+            self.batch_samples += int(args[0].shape[0])
 
     def join(self, timeout):
         step = self.peer.join(timeout)
@@ -391,34 +475,43 @@ class _Sync:
         seconds = now - self._last if self._last is not None else 0.0
         if loss is not None and torch.is_tensor(loss):
             loss = float(loss.detach())
-        delta = self.peer.end_step(0.0 if loss is None else float(loss), seconds,
-                                   self.samples_per_step if samples is None else int(samples))
+        if samples is None:
+            samples = self.samples_per_step or self.batch_samples or 1
+        self.batch_samples = 0
+        delta = self.peer.end_step(0.0 if loss is None else float(loss), seconds, int(samples))
         if delta is not None:
             self.layout.add(delta)
         self._last = time.perf_counter()
         self.rumor_seconds += self._last - t0
 
 
-class GossipOptimizer:
-    """Wraps a torch.optim optimizer: step() is a local step and, every local_steps steps, an
-    exchange with a random neighbour; what neighbours mixed in since the last step is added to
-    the parameters first (the overlap rule). Everything else (zero_grad, param_groups,
-    state_dict, ...) is the wrapped optimizer's.
+class GossipOptimizer(torch.optim.Optimizer):
+    """Wraps a torch.optim optimizer, and is one: torch's LR schedulers take it directly
+    (StepLR(opt, ...)), and param_groups, state, defaults, zero_grad, state_dict and
+    load_state_dict are the wrapped optimizer's own (the same objects). step() is a local step
+    and, every local_steps steps, an exchange with a random neighbour; what neighbours mixed in
+    since the last step is added to the parameters first (the overlap rule).
 
     optimizer  any torch.optim optimizer over the model's parameters.
     peer       a rumor.Peer (not yet bound to a model).
     model      the nn.Module (names its parameters for the fingerprint, finds the C++-compatible
-               layout); None: the optimizer's parameters, in order.
-    samples_per_step  samples in a batch (the "samples" mix weight and samples/s use it).
+               layout, and counts the samples of each training batch); None: the optimizer's
+               parameters, in order.
+    samples_per_step  samples in a batch (the "samples" mix weight and samples/s use it); None:
+               counted from the model's training forward passes since the last step (the first
+               dimension of the first tensor argument), or 1 without a model.
     share_state_every  seconds between publications of the optimizer's state (momentum, Adam's
-               moments and step) to the peer, which sends the last one to a joiner that takes
-               its model from us; 0 or None: never (joiners then start their optimizer fresh).
+               moments and step) and of the added schedulers' state to the peer, which sends the
+               last one to a joiner that takes its model from us; 0 or None: never (joiners then
+               start their optimizer fresh).
     """
 
-    def __init__(self, optimizer, peer, model=None, loss="ce", fingerprint="auto", samples_per_step=1,
+    def __init__(self, optimizer, peer, model=None, loss="ce", fingerprint="auto", samples_per_step=None,
                  share_state_every=1.0):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer")
+        if isinstance(optimizer, GossipOptimizer):
+            raise TypeError("optimizer is already a GossipOptimizer")
         params = [p for g in optimizer.param_groups for p in g["params"]]
         layout = ModelLayout(model, params if model is None else None, loss, fingerprint)
         if model is not None:
@@ -429,22 +522,58 @@ class GossipOptimizer:
                                  "`model`: their values would never be averaged")
         if share_state_every is not None and not share_state_every >= 0:
             raise ValueError(f"share_state_every {share_state_every!r}: expected seconds >= 0 (0 or None: never)")
+        # torch.optim.Optimizer.__init__ is not called: the wrapped optimizer holds the param
+        # groups and the state, and these properties show them. The hook tables newer torch
+        # versions keep on every optimizer are made empty here.
         self.optimizer = optimizer
+        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
+                      "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
+                      "_optimizer_load_state_dict_post_hooks"):
+            setattr(self, hooks, collections.OrderedDict())
+        self._zero_grad_profile_name = f"Optimizer.zero_grad#{type(self).__name__}.zero_grad"
         self._sync = _Sync(peer, layout, model, samples_per_step)
         self.peer = peer
         self.layout = layout
         self._share_every = share_state_every or 0.0
         self._published_at = None
         self._stepped = False  # a step since the last publication
+        self._schedulers = []
+        self._swarm_schedulers = []  # what our join brought, for schedulers added after it
         # After join(): "swarm" when the optimizer state came with the model, else why not.
         self.optimizer_state_from = None
+
+    # The wrapped optimizer's own objects (its load_state_dict replaces them: read them anew).
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value):
+        self.optimizer.state = value
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self.optimizer.defaults = value
 
     def join(self, timeout=60.0):
         """Joins the swarm (bounded: at most `timeout` s) and takes its model, its step and the
         optimizer state of the member that sent them (if that member publishes one and it fits
         this optimizer: else this optimizer starts fresh, with an OptimizerStateWarning when the
-        state was there but unusable) before the first local step. Returns the swarm's step (0: a
-        new swarm, or one that has not trained)."""
+        state was there but unusable), and its LR schedulers' state (loaded into those added with
+        add_scheduler(), now or when they are added), before the first local step. Returns the
+        swarm's step (0: a new swarm, or one that has not trained)."""
         step = self._sync.join(timeout)
         if step > 0:
             self._take_optimizer_state()
@@ -459,6 +588,7 @@ class GossipOptimizer:
             return
         try:
             state = decode_optimizer_state(blob, self.optimizer)
+            schedulers = decode_scheduler_states(blob)
         except ValueError as e:
             self.optimizer_state_from = f"fresh: {e}"
             warnings.warn(f"rumor: the optimizer state that came with the swarm's model was not used ({e}); this "
@@ -467,11 +597,35 @@ class GossipOptimizer:
         for p, st in state.items():
             self.optimizer.state[p] = st
         self.optimizer_state_from = "swarm"
+        self._swarm_schedulers = schedulers
+        for i, sched in enumerate(self._schedulers):
+            self._take_scheduler_state(i, sched)
+
+    def _take_scheduler_state(self, i, sched):
+        if i >= len(self._swarm_schedulers):
+            return
+        try:
+            _load_scheduler_state(sched, self._swarm_schedulers[i])
+        except (ValueError, TypeError, KeyError) as e:
+            warnings.warn(f"rumor: the swarm's LR scheduler state was not used ({e}); this peer's schedule "
+                          "starts fresh", OptimizerStateWarning, stacklevel=3)
+
+    def add_scheduler(self, scheduler):
+        """Makes `scheduler` (any torch LR scheduler over this optimizer) travel with the
+        optimizer state: its state is published with it, and a joiner's scheduler takes the
+        swarm's (its position, base and last learning rates), so its schedule continues where
+        the member that sent the model was. Returns the scheduler:
+        `sched = opt.add_scheduler(StepLR(opt, step_size=1, gamma=0.7))`."""
+        if getattr(scheduler, "optimizer", None) not in (self, self.optimizer):
+            raise ValueError("the scheduler does not drive this optimizer (build it on the GossipOptimizer)")
+        self._schedulers.append(scheduler)
+        self._take_scheduler_state(len(self._schedulers) - 1, scheduler)
+        return scheduler
 
     def publish_state(self):
-        """Publishes the optimizer's state now (step() does it every share_state_every seconds):
-        what a joiner that takes its model from this peer gets with it."""
-        self.peer.set_extra_state(encode_optimizer_state(self.optimizer))
+        """Publishes the optimizer's (and the added schedulers') state now (step() does it every
+        share_state_every seconds): what a joiner that takes its model from this peer gets."""
+        self.peer.set_extra_state(encode_optimizer_state(self.optimizer, self._schedulers))
         self._published_at = time.monotonic()
         self._stepped = False
 
@@ -482,7 +636,10 @@ class GossipOptimizer:
 
     def step(self, closure=None, loss=None, samples=None):
         """The overlap rule, then the wrapped optimizer's step, then the peer's: copy the
-        parameters in, start an exchange when due, wait if the staleness bound says so."""
+        parameters in, start an exchange when due, wait if the staleness bound says so.
+        `loss` (optional) is checked: a non-finite one ends training as rumor-peer's does
+        (rumor.Diverged at the next step). `samples` (optional) overrides the batch size counted
+        from the model's forward passes."""
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -504,6 +661,13 @@ class GossipOptimizer:
             self.publish_state()
         self._sync.serve(seconds, max_seconds)
 
+    def close(self, timeout=5.0, settle=True):
+        """Ends training: settles with the swarm first (the default, as rumor-peer does; the
+        mixes reach the parameters) and says so, then leaves gracefully (rumor.Peer.close)."""
+        if self._share_every and self._stepped and not self.peer.closed:
+            self.publish_state()
+        self.peer.close(timeout=timeout, settle=settle)
+
     def report(self, test_acc, loss=float("nan"), epoch=0.0):
         """An "eval" metrics line (rumor.Peer.report); the time since the last step is not
         counted as training time (samples/s)."""
@@ -513,34 +677,134 @@ class GossipOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
+        """The wrapped optimizer's state_dict(): torch.save it, load it into this or another
+        GossipOptimizer (or into the bare optimizer)."""
         return self.optimizer.state_dict()
 
-    def load_state_dict(self, sd):
-        self.optimizer.load_state_dict(sd)
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group):
+        raise RumorError("a GossipOptimizer's parameters are fixed when it is bound to its peer (the flat layout "
+                         "and the fingerprint): build a new peer and optimizer for new parameters")
 
     @property
     def rumor_seconds(self):
         """Seconds spent in Rumor's part of step() (the protocol, the copies, staleness waits)."""
         return self._sync.rumor_seconds
 
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
+    def __repr__(self):
+        return f"GossipOptimizer({self.optimizer!r}, peer={self.peer!r})"
 
-    @property
-    def state(self):
-        return self.optimizer.state
+    def __getstate__(self):
+        raise TypeError("a GossipOptimizer holds a live peer and cannot be pickled: save its state_dict()")
 
     def __getattr__(self, name):
-        if name in ("optimizer", "_sync", "peer", "layout", "_share_every", "_published_at", "_stepped"):
+        if name in ("optimizer", "_sync", "peer", "layout", "_share_every", "_published_at", "_stepped",
+                    "_schedulers", "_swarm_schedulers"):
             raise AttributeError(name)
         return getattr(self.optimizer, name)
+
+
+class swarm:
+    """The lifecycle of a torch training loop in a swarm, as a context manager:
+
+        with rumor.torch.swarm(model, optimizer) as opt:     # joins (bounded)
+            sched = opt.add_scheduler(StepLR(opt, step_size=1, gamma=0.7))
+            ... your loop, opt.step() ...
+        # leaving the block settles with the swarm (as rumor-peer does), then leaves
+
+    model, optimizer  your nn.Module and its torch.optim optimizer (wrapped in a GossipOptimizer,
+                 which the block gives you).
+    peer         a rumor.Peer; None: rumor.Peer.from_env(**peer_args) (rumor-run's variables).
+    join_timeout seconds join() may take.
+    settle       settle before leaving (True: the peer's settle settings).
+    loss, fingerprint, samples_per_step, share_state_every: as GossipOptimizer's.
+    **peer_args  rumor.Peer's arguments and knobs (local_steps=4, metrics="p1.jsonl", ...).
+    On entering, one line on stderr says how the peer started (a new swarm, or the step and the
+    optimizer state it joined with); on leaving, one says it settles. An exception (Ctrl-C, a
+    SIGTERM under rumor-run) leaves at once, without settling.
+    """
+
+    def __init__(self, model, optimizer, peer=None, join_timeout=60.0, settle=True, loss="ce", fingerprint="auto",
+                 samples_per_step=None, share_state_every=1.0, **peer_args):
+        if peer is not None and peer_args:
+            raise TypeError("give either a peer or rumor.Peer's arguments, not both")
+        self.peer = peer if peer is not None else Peer.from_env(**peer_args)
+        self.optimizer = GossipOptimizer(optimizer, self.peer, model=model, loss=loss, fingerprint=fingerprint,
+                                         samples_per_step=samples_per_step, share_state_every=share_state_every)
+        self.join_timeout = join_timeout
+        self.settle = settle
+        self.step = None
+
+    def __enter__(self):
+        try:
+            self.step = self.optimizer.join(self.join_timeout)
+        except BaseException:
+            self.peer.close(settle=False)
+            raise
+        k, n = self.peer.shard
+        if self.step > 0:
+            self.peer._say(f"joined the swarm at step {self.step} (shard {k}/{n}, listening on {self.peer.address}): "
+                           f"its model, optimizer state: {self.optimizer.optimizer_state_from}")
+        else:
+            self.peer._say(f"in the swarm (shard {k}/{n}, listening on {self.peer.address}), training from step 0")
+        return self.optimizer
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.optimizer.close(settle=self.settle)
+        else:
+            self.peer.close(settle=False)
+        return False
+
+
+class ShardSampler(torch.utils.data.Sampler):
+    """This peer's shard of a torch Dataset, as DistributedSampler gives each rank its part:
+    `DataLoader(dataset, batch_size=64, sampler=rumor.torch.ShardSampler(dataset))`.
+
+    shard    (K, N): the K-th of N equal parts (1-based); None: RUMOR_SHARD (rumor-run), or
+             (1, 1) outside it.
+    seed     the shards are cut from one permutation of the whole dataset drawn from `seed`, the
+             same on every peer: they are disjoint and cover it (sizes differ by at most one).
+    shuffle  the shard's order is reshuffled at every pass (seeded by seed, K and the pass, or
+             set_epoch(e)); False: in dataset order.
+    Unlike DistributedSampler, a peer keeps its shard for the whole run (as each machine keeps
+    its own data in a swarm), and nothing is padded: shards may differ by one sample.
+    """
+
+    def __init__(self, dataset, shard=None, seed=0, shuffle=True):
+        k, n = shard if shard is not None else shard_from_env()
+        if not (1 <= int(k) <= int(n)):
+            raise ValueError(f"shard {k}/{n}: expected 1 <= K <= N")
+        self.k, self.n, self.seed, self.shuffle = int(k), int(n), int(seed), bool(shuffle)
+        total = len(dataset)
+        perm = torch.randperm(total, generator=torch.Generator().manual_seed(self.seed))
+        self.indices = perm[(self.k - 1) * total // self.n:self.k * total // self.n].sort().values.tolist()
+        self.epoch = None
+        self._passes = 0
+
+    def set_epoch(self, epoch):
+        """The order of the next pass, as DistributedSampler.set_epoch (optional: passes are
+        counted anyway)."""
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        e = self.epoch if self.epoch is not None else self._passes
+        self._passes += 1
+        if not self.shuffle:
+            return iter(self.indices)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.k * 7919 + e)
+        return iter([self.indices[i] for i in torch.randperm(len(self.indices), generator=g).tolist()])
+
+    def __len__(self):
+        return len(self.indices)
 
 
 class ParamAverager:
     """For loops that update parameters themselves: call step() after each local update."""
 
-    def __init__(self, model, peer, loss="ce", fingerprint="auto", samples_per_step=1):
+    def __init__(self, model, peer, loss="ce", fingerprint="auto", samples_per_step=None):
         if isinstance(model, nn.Module):
             layout = ModelLayout(model, None, loss, fingerprint)
         else:

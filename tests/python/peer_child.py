@@ -43,7 +43,7 @@ def main():
         time.sleep(0.003)
     if out != "-":
         np.save(out, live)
-    peer.close()
+    peer.close(settle=False)
     print("done", flush=True)
     return 0
 

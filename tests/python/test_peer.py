@@ -94,7 +94,7 @@ def test_four_python_peers_average_to_the_mean():
         assert d < 1e-5, f"peer {i}: relative distance {d:.3g} to the mean of the initial values"
         assert p.peer.stats()["exchanges"] > 0
     for p in peers:
-        p.peer.close()
+        p.peer.close(settle=False)
 
 
 def test_python_and_cpp_peer_average_exactly(tmp_path):
@@ -126,7 +126,7 @@ def test_python_and_cpp_peer_average_exactly(tmp_path):
     assert py.peer.stats()["exchanges"] > 0
     assert rel_distance(theirs, mean) < 1e-6, rel_distance(theirs, mean)
     assert rel_distance(py.live, mean) < 1e-6, rel_distance(py.live, mean)
-    py.peer.close()
+    py.peer.close(settle=False)
 
 
 def test_a_python_peer_killed_with_sigkill_does_not_stall_the_others(children, tmp_path):
@@ -162,7 +162,7 @@ def test_a_python_peer_killed_with_sigkill_does_not_stall_the_others(children, t
     alive = [p.peer.stats()["alive"] for p in others]
     assert alive == [3, 3, 3], f"the killed peer should be suspect or dead in every view: alive {alive}"
     for p in others:
-        p.peer.close()
+        p.peer.close(settle=False)
 
 
 def test_a_peer_busy_between_steps_still_answers_the_swarm():
@@ -204,8 +204,8 @@ def test_a_peer_busy_between_steps_still_answers_the_swarm():
     assert after["alive"] == 2, "the busy peer was suspected"
     assert b.peer.stats()["answered"] > answered_before + 10, "the busy peer answered nothing in 3 s"
     assert mixed is not None and np.abs(mixed).max() > 0
-    a.peer.close()
-    b.peer.close()
+    a.peer.close(settle=False)
+    b.peer.close(settle=False)
 
 
 def test_serve_keeps_going_while_a_peer_is_behind_up_to_max_seconds():
@@ -236,8 +236,8 @@ def test_serve_keeps_going_while_a_peer_is_behind_up_to_max_seconds():
     run_threads([run_a, run_b], 60)
     assert took[0] < 1.0, took
     assert 0.8 < took[1] < 10, took
-    a.peer.close()
-    b.peer.close()
+    a.peer.close(settle=False)
+    b.peer.close(settle=False)
 
 
 def test_a_joiner_gets_the_swarm_state_before_its_first_step():
@@ -274,7 +274,7 @@ def test_a_joiner_gets_the_swarm_state_before_its_first_step():
     assert rel_distance(c.live, c.init) > 0.5
     t.join(20)
     for p in (a, b, c):
-        p.peer.close()
+        p.peer.close(settle=False)
 
 
 def test_wrong_fingerprint_is_refused_with_the_difference():
@@ -295,8 +295,8 @@ def test_wrong_fingerprint_is_refused_with_the_difference():
     assert time.monotonic() - t0 < 9
     stop[0] = True
     t.join(5)
-    a.peer.close()
-    c.peer.close()
+    a.peer.close(settle=False)
+    c.peer.close(settle=False)
 
 
 def test_close_returns_within_5_s_with_a_peer_unreachable(children, tmp_path):
@@ -315,7 +315,7 @@ def test_close_returns_within_5_s_with_a_peer_unreachable(children, tmp_path):
         a.step()
         time.sleep(0.005)
     t0 = time.monotonic()
-    a.peer.close(timeout=5)
+    a.peer.close(timeout=5, settle=False)  # the leave alone is bounded by timeout
     took = time.monotonic() - t0
     child.kill(signal.SIGCONT)
     assert took < 5.5, f"close() took {took:.2f} s"
@@ -332,7 +332,7 @@ def test_a_join_address_that_never_answers_times_out():
     with pytest.raises(rumor.JoinTimeout):
         p.join(2)
     assert time.monotonic() - t0 < 3.5
-    p.peer.close()
+    p.peer.close(settle=False)
     # Listening, accepting (the kernel does), never speaking.
     mute = socket.socket()
     mute.bind(("127.0.0.1", 0))
@@ -353,7 +353,7 @@ def test_a_forked_child_cannot_use_the_parents_peer():
     pid = os.fork()
     if pid == 0:  # the child: every call must raise ForkError, and exiting must not hang
         code = 0
-        for call in (lambda: p.peer.stats(), lambda: p.peer.begin_step(), lambda: p.peer.close()):
+        for call in (lambda: p.peer.stats(), lambda: p.peer.begin_step(), lambda: p.peer.close(settle=False)):
             try:
                 call()
                 code = 1
@@ -365,7 +365,7 @@ def test_a_forked_child_cannot_use_the_parents_peer():
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert p.peer.stats()["steps"] == 0  # the parent's peer still works
-    p.peer.close()
+    p.peer.close(settle=False)
 
 
 def test_exit_without_close_is_clean(children):

@@ -40,6 +40,8 @@ def test_the_torch_quickstart_runs_a_swarm_of_python_and_cpp_peers(tmp_path):
     assert evals[-1]["exchanges"] > 0
     assert not [r for r in cpp if r["event"] == "rejected"]
     assert "p1" in p.stdout and "c2" in p.stdout  # report.py's table names both peers
+    assert "final test_acc of the 2 peers that finished: " in p.stdout and " points" in p.stdout  # their spread
+    assert "rumor-run: started 1 peer(s)" in (out / "python-peers.log").read_text()  # started by rumor-run
     # One Runtime writes both peers' metrics: a Python peer's lines carry the daemon's fields.
     py = [json.loads(line) for line in (out / "p1.jsonl").read_text().splitlines()]
 

@@ -157,8 +157,8 @@ def test_wrong_model_is_refused_naming_the_first_difference():
         opt_c.join(8)
     stop[0] = True
     t.join(5)
-    a.close()
-    c.close()
+    a.close(settle=False)
+    c.close(settle=False)
 
 
 def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
@@ -195,7 +195,7 @@ def test_nan_from_a_torch_model_is_refused_and_training_goes_on():
     with pytest.raises(rumor.Diverged):
         train_steps(opts[2], models[2], 2, x, y)
     for p in peers:
-        p.close()
+        p.close(settle=False)
 
 
 def test_gossip_optimizer_two_peers_train_and_agree():
@@ -224,7 +224,7 @@ def test_gossip_optimizer_two_peers_train_and_agree():
     for p in peers:
         s = p.stats()
         assert s["exchanges"] > 10 and s["samples"] == 121 * 32
-        p.close()
+        p.close(settle=False)
 
 
 def test_a_learning_rate_schedule_on_the_wrapped_optimizer_is_the_rate_used():
@@ -233,7 +233,7 @@ def test_a_learning_rate_schedule_on_the_wrapped_optimizer_is_the_rate_used():
     import warnings
     torch.manual_seed(5)
     model = Tiny()
-    with rumor.Peer(seed=3) as peer:
+    with rumor.Peer(seed=3, settle=0) as peer:
         inner = torch.optim.Adam(model.parameters(), lr=0.01)
         opt = rt.GossipOptimizer(inner, peer, model=model, samples_per_step=32)
         sched = torch.optim.lr_scheduler.LambdaLR(inner, lambda k: 1.0 if k < 5 else 0.0)
@@ -287,7 +287,7 @@ def test_the_peer_that_finished_first_takes_in_the_stragglers_last_steps():
     assert t_end[0] < t_trained[1] + 5
     assert rel_distance(flat[0], flat[1]) < 1e-6
     for p in peers:
-        p.close()
+        p.close(settle=False)
 
 
 def test_a_joiner_gets_the_members_optimizer_state_with_its_model():
@@ -345,8 +345,8 @@ def test_a_joiner_gets_the_members_optimizer_state_with_its_model():
         done.set()
         server.join(30)
         for o in opts:
-            o.peer.close()
-        src_peer.close()
+            o.peer.close(settle=False)
+        src_peer.close(settle=False)
 
 
 def test_optimizer_state_from_another_member_is_checked_as_untrusted_input():
@@ -467,7 +467,7 @@ def test_cuda_peers_average_through_pinned_buffers_to_the_cpu_numbers():
         assert rel_distance(got.numpy(), mean.numpy()) < 1e-5
     for p in peers:
         assert p.stats()["exchanges"] > 0
-        p.close()
+        p.close(settle=False)
 
 
 def test_the_quickstarts_wsd_schedule_is_rumor_peers():

@@ -7,14 +7,18 @@
 #          all 4 must have been in one swarm.
 #   kill   the same job (5 epochs); once the peers train, one peer is killed with SIGKILL; the other three
 #          must finish (done, the same bars) and see it suspected or dead, while srun reports it.
+#   torch  examples/slurm/rumor-torch.sbatch with 4 tasks: `srun rumor-run examples/torch_swarm.py`
+#          (Python peers numbered from Slurm's task variables by rumor-run), a small setting
+#          (2000 samples, 2 epochs, 8/16 filters); the job must complete, every peer end with a
+#          done line, in one swarm of 4, at test accuracy >= 0.65, all 4 within 0.01 (settled).
 # (rumor-hetjob.sbatch is not run here: Slurm does not place two components of a heterogeneous
 # job on one node, which a one-node cluster would need; docs/cluster.md.)
 # Exit 77 (ctest: skipped) when Slurm cannot be stood up here (not root, packages missing and
 # not installable, a daemon that does not start), with the reason. Every wait is bounded; the
 # job and the daemons the test started are stopped on any exit.
-# Usage: tests/slurm/test_slurm.sh train|kill PATH/TO/rumor-peer
+# Usage: tests/slurm/test_slurm.sh train|kill|torch PATH/TO/rumor-peer
 set -euo pipefail
-case_="${1:?train|kill}"
+case_="${1:?train|kill|torch}"
 peer="$(realpath "${2:?path to rumor-peer}")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # The quickstart's settings end at 0.862-0.868 on every peer (6 quickstart runs, and rumor.sbatch
@@ -33,6 +37,13 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 [ -x "$peer" ] || fail "$peer not built"
 [ -d "$data" ] || skip "Fashion-MNIST not installed ($data: apt-get install dataset-fashion-mnist)"
 [ "$(id -u)" -eq 0 ] || skip "not root: a local slurmd must run as root"
+launcher="$(dirname "$peer")/../bin/rumor-run"
+if [ "$case_" = torch ]; then
+  [ -x "$launcher" ] || skip "rumor-run not built (the rumor_python target)"
+  /usr/bin/python3 -c "import torch" 2>/dev/null || skip "no torch (apt-get install python3-torch)"
+  bar=0.65
+  peer_bar=0.65
+fi
 
 export RUMOR_SLURM_DIR="${RUMOR_SLURM_DIR:-/tmp/rumor-slurm-test-$$}"
 export RUMOR_SLURM_PORT="${RUMOR_SLURM_PORT:-$((17000 + ($$ % 500) * 2))}"
@@ -174,6 +185,31 @@ case "$case_" in
           fail "peer-$k never saw the killed peer suspected or dead"
       done
     fi
+    ;;
+  torch)
+    job="$(RUMOR_LAUNCHER="$launcher" RUMOR_SCRIPT_ARGS="--train-samples 2000 --test-samples 500 --channels 8,16 \
+--batch-size 16 --epochs 2 --log-interval 40" submit "$here/examples/slurm/rumor-torch.sbatch" --nodes=1 --ntasks=4 \
+      --cpus-per-task=1 --overcommit)"
+    jobs_+=("$job")
+    echo "== job $job: 4 Python peers started by srun rumor-run, ports $base.., output in $out"
+    state="$(wait_job "$job" "$job_limit_s")"
+    echo "== job $job: $state after $(($(date +%s) - t0)) s"
+    grep -E "^rumor|final test accuracy" "$out/job.out" || true
+    [ "$state" = COMPLETED ] || { tail -n 40 "$out/job.out" >&2; fail "job state $state"; }
+    for k in 1 2 3 4; do
+      acc="$(grep "^\[p$k\] final test accuracy " "$out/job.out" | tail -n 1 | awk '{print $5}')"
+      [ -n "$acc" ] || fail "p$k printed no final accuracy"
+      [ -n "$(metric "$out/p$k.jsonl" steps "done")" ] || fail "p$k has no done line in $out/p$k.jsonl"
+      peers="$(grep '"event":"peers_in_view"' "$out/p$k.jsonl" | grep -o '"peers":[0-9]*' | cut -d: -f2 | tail -n 1)"
+      [ "${peers:-0}" -eq 4 ] || fail "p$k did not see the 4 peers before training (saw ${peers:-none})"
+      grep -q "^\[p$k\] rumor: p$k: in the swarm (shard $k/4" "$out/job.out" || fail "p$k was not shard $k/4"
+      echo "   p$k: test_acc $acc"
+      /usr/bin/python3 -c "import sys; sys.exit(0 if float('$acc') >= float('$peer_bar') else 1)" ||
+        fail "p$k finished at test_acc $acc < $peer_bar"
+      accs+=("$acc")
+    done
+    /usr/bin/python3 -c "import sys; a = [float(x) for x in sys.argv[1:]]; sys.exit(0 if max(a) - min(a) <= 0.01 else 1)" \
+      "${accs[@]}" || fail "the peers ended more than 0.01 apart: ${accs[*]}"
     ;;
   *) fail "unknown case $case_" ;;
 esac
