@@ -42,7 +42,7 @@ const Knob kKnobs[] = {
     {"swarm_samples", "workload", T::Count, 0, 1e18, nullptr, "samples", kStop,
      "Stop every peer when the swarm as a whole has processed this many samples (replaces the epoch budget "
      "and swarm_epochs)",
-     kAll, RUMOR_FIELD(swarm_samples)},
+     kNoPython, RUMOR_FIELD(swarm_samples)},
     {"eval_every", "output", T::Count, 0, 1e15, nullptr, "steps", kStop,
      "Evaluate on the test set every STEPS local steps (0: once per epoch; always at the start and the end)",
      kNoPython, RUMOR_FIELD(eval_every), "output.eval_every_steps"},

@@ -292,6 +292,9 @@ std::map<std::string, double> Node::stats() {
   s["bytes_sent"] = static_cast<double>(ts.bytes_sent);
   s["bytes_recv"] = static_cast<double>(ts.bytes_recv);
   s["background_drains"] = static_cast<double>(background_drains_);
+  // The swarm's samples as this peer knows them (every member's count in the digests, leavers'
+  // included): a loop of yours with a swarm-wide budget stops when it reaches its target.
+  s["swarm_samples"] = static_cast<double>(rt_->loop().gossip().swarm_samples());
   return s;
 }
 

@@ -275,8 +275,11 @@ class Peer:
 
     def stats(self):
         """Counters: steps, samples, exchanges (initiated + answered), failed, rejected, stale,
-        peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv:
-        ints, but wait_s (seconds, a float)."""
+        peers (alive or suspect, ourselves included), alive, waits, wait_s, bytes_sent, bytes_recv,
+        swarm_samples (the samples the whole swarm has processed as this peer knows them: every
+        member's count from the digests, those that left included; a loop with a swarm-wide budget
+        stops when it reaches its target, as rumor-peer --swarm-samples does): ints, but wait_s
+        (seconds, a float)."""
         return {k: (v if k == "wait_s" else int(v)) for k, v in self._bound().stats().items()}
 
     def close(self, timeout=5.0, settle=True):
