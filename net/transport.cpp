@@ -131,6 +131,10 @@ struct TransportCore {
   // io thread only.
   std::set<std::shared_ptr<Session>> sessions;
   std::map<PeerId, std::shared_ptr<Session>> by_peer;
+  // Destinations whose last send failed (I/O thread only): the first failure is a warning, the
+  // rest debug lines until a handshake with it succeeds again. A peer that died is then one
+  // warning here and one "dead" line from the protocol, not one line per retry.
+  std::set<PeerId> unreachable;
   std::set<std::shared_ptr<asio::steady_timer>> user_timers;
   std::uint64_t register_seq = 0;
   std::set<Nonce> issued_nonces;  // the latest kRememberedNonces we sent (keyed swarms)
@@ -288,8 +292,11 @@ class Session : public std::enable_shared_from_this<Session> {
       t_.log->warn("net: rejected {}: {}", name(), reason);
       if (t_.ev.on_rejected) t_.ev.on_rejected(name(), reason);
     } else if (app_frames > 0) {
-      t_.log->warn("net: send to {} failed ({} message(s) dropped): {}", send_id(), app_frames,
-                   reason);
+      if (t_.unreachable.insert(send_id()).second)
+        t_.log->warn("net: {} is unreachable ({} message(s) dropped): {}; further failures to reach it are logged at "
+                     "debug until it answers again", send_id(), app_frames, reason);
+      else
+        t_.log->debug("net: send to {} failed ({} message(s) dropped): {}", send_id(), app_frames, reason);
     } else if (was_open) {
       t_.log->debug("net: connection to {} closed: {}", name(), reason);
     } else {
@@ -455,6 +462,8 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     state_ = State::Open;
+    for (const PeerId& id : {remote_id_, dial_})
+      if (!id.empty() && t_.unreachable.erase(id)) t_.log->info("net: {} answers again", id);
     decoder_.set_limits({t_.cfg.max_header_bytes, t_.cfg.max_payload_bytes});
     t_.register_session(shared_from_this(), remote_id_);
     if (!dial_.empty() && dial_ != remote_id_)

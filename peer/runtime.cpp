@@ -97,7 +97,11 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
                                   {"rtt_s", e.seconds}, {"clock", e.clock}, {"peer_clock", e.other}});
       break;
     case K::ExchangeFailed:
-      log_.info("exchange with {} failed: {}", e.peer, e.reason);
+      // Unreachable: the transport has said so once already (net: ... is unreachable).
+      if (e.reason.rfind("unreachable", 0) == 0)
+        log_.debug("exchange with {} failed: {}", e.peer, e.reason);
+      else
+        log_.info("exchange with {} failed: {}", e.peer, e.reason);
       metrics_.write("exchange_failed", {{"peer", e.peer}, {"reason", e.reason}});
       break;
     case K::ExchangeDeclined:
@@ -116,7 +120,11 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
     case K::Leave:
     case K::Dead:
     case K::Suspect:
-      log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
+      // A suspicion is a step on the way to "dead" or back (metrics keep it): debug.
+      if (e.kind == K::Suspect)
+        log_.debug("view: {} {}", e.peer, event_kind_name(e.kind));
+      else
+        log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
       metrics_.write(event_kind_name(e.kind), {{"peer", e.peer}});
       break;
     case K::StateReceived:
