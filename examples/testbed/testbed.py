@@ -331,8 +331,8 @@ def run_scenario(args):
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)
-    if args.peer_cmd != "native":
-        raise SystemExit(f"run.sh: --peer-cmd {args.peer_cmd} is not built yet (docs/testbed.md, TODO): only native")
+    if args.peer_cmd == "python":
+        raise SystemExit("run.sh: --peer-cmd python is not built yet (docs/testbed.md, TODO): native or ddp")
     n = len(plan["peers"])
     if n > 200:
         raise SystemExit("run.sh: at most 200 peers fit the /24")
@@ -343,10 +343,16 @@ def run_scenario(args):
         procs = []
         launched = time.time()
         for k, p in enumerate(plan["peers"]):
-            argv = [args.rumor_peer, "--listen", f"{tb.addr(k)}:{args.port}", "--name", p["id"],
-                    "--metrics", os.path.join(args.out, f"{p['id']}.jsonl")] + p["flags"]
-            if k > 0:
-                argv += ["--join", seed]
+            metrics = os.path.join(args.out, f"{p['id']}.jsonl")
+            if args.peer_cmd == "ddp":
+                # One torch DDP rank per namespace, the scenario's model and recipe (its flags).
+                argv = ["/usr/bin/python3", args.ddp_script, "--ddp", args.ddp, "--rank", str(k), "--world", str(n),
+                        "--master", seed, "--metrics", metrics] + p["flags"]
+            else:
+                argv = [args.rumor_peer, "--listen", f"{tb.addr(k)}:{args.port}", "--name", p["id"],
+                        "--metrics", metrics] + p["flags"]
+                if k > 0:
+                    argv += ["--join", seed]
             log = open(os.path.join(args.out, f"{p['id']}.log"), "w")
             procs.append(tb.start(k, argv, stdout=log, stderr=log))
         timers = []
@@ -405,11 +411,15 @@ def main(argv=None):
         epilog="Scenario keys it uses: [class.NAME] count, bandwidth, cpu (share of one core), bandwidth_change "
                "(RATE@T, applied with tc class change); the peers' flags come from `rumor-sim SCENARIO "
                "--peer-flags`. Outputs in --out: plan.json, pK.log, pK.jsonl (metrics), summary.json. "
-               "Not built yet (TODO, docs/testbed.md): --peer-cmd python and ddp.")
+               "Not built yet (TODO, docs/testbed.md): --peer-cmd python (rumor.torch peers).")
     ap.add_argument("scenario", nargs="?", help="a rumor-sim scenario file (examples/testbed/S0.ini ...)")
     ap.add_argument("--out", default=os.path.join(root, "out", "testbed"), help="output directory (default out/testbed)")
     ap.add_argument("--peer-cmd", choices=["native", "python", "ddp"], default="native",
-                    help="what runs in each namespace: native rumor-peer (python and ddp: not built yet)")
+                    help="what runs in each namespace: native rumor-peer, or a torch DDP rank (gloo, "
+                         "bench/testbed_ddp.py, the scenario's model and recipe); python (rumor.torch peers): "
+                         "not built yet")
+    ap.add_argument("--ddp", choices=["plain", "powersgd", "postlocal"], default="plain",
+                    help="--peer-cmd ddp: plain DDP, the PowerSGD hook, or post-local SGD with period 8")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a scenario key, as rumor-sim --set (repeatable)")
     ap.add_argument("--build", default=os.path.join(root, "build"), help="build directory (default build)")
@@ -425,6 +435,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.rumor_sim = os.path.join(args.build, "sim", "rumor-sim")
     args.rumor_peer = os.path.join(args.build, "peer", "rumor-peer")
+    args.ddp_script = os.path.join(root, "bench", "testbed_ddp.py")
     if args.cleanup:
         cleanup(args.cleanup)
         left = leftovers(args.cleanup)
