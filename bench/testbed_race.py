@@ -57,20 +57,23 @@ def first_at(points, target):
     return None
 
 
-def real_round(build, scenario, out, target, timeout, ddp=None):
-    cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--out", out, "--build", build,
-           "--target", str(target), "--timeout", str(timeout)]
-    if ddp:
-        cmd += ["--peer-cmd", "ddp", "--ddp", ddp]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with open(os.path.join(out, "run.log"), "w") as f:
-        f.write(r.stdout)
+def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True):
+    """One testbed run into `out` (rerun False: read the run already there, --sim-only)."""
+    if rerun:
+        cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--out", out, "--build", build,
+               "--target", str(target), "--timeout", str(timeout)]
+        if ddp:
+            cmd += ["--peer-cmd", "ddp", "--ddp", ddp]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(os.path.join(out, "run.log"), "w") as f:
+            f.write(r.stdout)
     s = json.load(open(os.path.join(out, "summary.json")))
+    ok = all(rc == 0 for rc in s.get("exit_codes", [])) and not s.get("timed_out")
     p0 = s["peers"][0]
     accs = [p["test_acc"] for p in s["peers"] if p["test_acc"] is not None]
     mbs = [p["bytes_sent"] / 1e6 for p in s["peers"] if p["bytes_sent"] is not None]
     return {
-        "ok": r.returncode == 0,
+        "ok": ok,
         "t_target": first_at([(e[0], e[2]) for e in p0["evals"]], target),
         "acc_min": min(accs) if accs else None, "acc_max": max(accs) if accs else None,
         "mb": statistics.mean(mbs) if mbs else None,
@@ -214,9 +217,15 @@ def main():
                     help="scenarios with DDP runs (default S0,S4: with S2/S3's straggler a DDP run takes over 10 minutes)")
     ap.add_argument("--ddp-rounds", type=int, default=1,
                     help="rounds of each DDP form (default 1: a DDP run takes minutes here)")
+    ap.add_argument("--sim-only", action="store_true",
+                    help="keep the real runs already in --out (and its calibration); redo the predictions and tables")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    calib, keys = calibrate(args.build, args.out)
+    if args.sim_only:
+        calib = os.path.join(args.out, "calibration.ini")
+        keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
+    else:
+        calib, keys = calibrate(args.build, args.out)
     print(f"testbed_race: one core of this machine: {keys}", file=sys.stderr)
     md = [f"Calibration (one process, one core): step {float(keys['step_time']) * 1e3:.3f} ms, exchange CPU "
           f"{float(keys['exchange_cpu']) * 1e3:.3f} ms/message, evaluation {float(keys['eval_time']):.3f} s, "
@@ -230,7 +239,7 @@ def main():
         for k in range(args.rounds):
             t0 = time.time()
             real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{k}"), args.target,
-                                   args.timeout))
+                                   args.timeout, rerun=not args.sim_only))
             sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{k}"), args.target, 1 + k))
             print(f"testbed_race: {name} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} wall "
                   f"{real[-1]['wall']:.1f} s, sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s "
@@ -242,7 +251,7 @@ def main():
             for k in range(args.ddp_rounds):
                 t0 = time.time()
                 dreal.append(real_round(args.build, scn, os.path.join(args.out, name, f"ddp-{form}{k}"), args.target,
-                                        args.timeout, ddp=form))
+                                        args.timeout, ddp=form, rerun=not args.sim_only))
                 if form == "plain":
                     dsim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-allreduce{k}"),
                                           args.target, 1 + k, allreduce=True))

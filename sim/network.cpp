@@ -28,12 +28,16 @@ double Network::latency(std::uint32_t from, std::uint32_t to) const {
   return lat;
 }
 
-double Network::bandwidth(std::uint32_t from, std::uint32_t to, double t) const {
+double Network::send_rate(std::uint32_t from, std::uint32_t to, double t) const {
   double bw = s_.classes[class_of_[from]].bandwidth_at(t);
-  if (s_.limit_receive) bw = std::min(bw, s_.classes[class_of_[to]].bandwidth_at(t));
   for (std::size_t i = 0; i < s_.links.size(); ++i)
     if (s_.links[i].bandwidth > 0 && link_sides_[i].pair(from, to)) bw = std::min(bw, s_.links[i].bandwidth);
   return bw;
+}
+
+double Network::bandwidth(std::uint32_t from, std::uint32_t to, double t) const {
+  const double bw = send_rate(from, to, t);
+  return s_.limit_receive ? std::min(bw, s_.classes[class_of_[to]].bandwidth_at(t)) : bw;
 }
 
 double Network::next_change(std::uint32_t from, std::uint32_t to, double t) const {
@@ -44,8 +48,20 @@ double Network::next_change(std::uint32_t from, std::uint32_t to, double t) cons
     return next;
   };
   first_after(s_.classes[class_of_[from]]);
-  if (s_.limit_receive) first_after(s_.classes[class_of_[to]]);
+  if (to != kNoPeer) first_after(s_.classes[class_of_[to]]);
   return next;
+}
+
+template <class Rate>
+double Network::serialise(double start, double bytes, std::uint32_t from, std::uint32_t to, Rate rate) const {
+  // Piecewise across the rate changes that fall inside the message.
+  double at = start, left = bytes;
+  for (;;) {
+    const double r = rate(at), next = next_change(from, to, at);
+    if (at + left / r <= next) return at + left / r;
+    left -= (next - at) * r;
+    at = next;
+  }
 }
 
 bool Network::partitioned(std::uint32_t a, std::uint32_t b, double t) const {
@@ -62,21 +78,19 @@ double Network::refused_after(std::uint32_t from, std::uint32_t to) const {
 
 double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now) {
   RUMOR_CHECK(from < nic_free_.size() && to < nic_free_.size());
-  double start = std::max(now, nic_free_[from]);
-  if (s_.limit_receive) start = std::max(start, rx_free_[to]);
-  // Serialise piecewise across the rate changes that fall inside the message.
-  double sent = start, left = static_cast<double>(bytes);
-  for (;;) {
-    const double rate = bandwidth(from, to, sent), next = next_change(from, to, sent);
-    if (sent + left / rate <= next) {
-      sent += left / rate;
-      break;
-    }
-    left -= (next - sent) * rate;
-    sent = next;
-  }
+  // The sender's NIC: busy for the message at its own rate.
+  const double start = std::max(now, nic_free_[from]);
+  const double b = static_cast<double>(bytes);
+  double sent = serialise(start, b, from, kNoPeer, [&](double at) { return send_rate(from, to, at); });
   nic_free_[from] = sent;
-  if (s_.limit_receive) rx_free_[to] = sent;
+  if (s_.limit_receive) {
+    // The receiver's link: one message at a time, at the slower end's rate. The sender's NIC
+    // is not held meanwhile (the bytes wait in socket buffers, as with TCP).
+    const double rx_start = std::max(start, rx_free_[to]);
+    const double received = serialise(rx_start, b, from, to, [&](double at) { return bandwidth(from, to, at); });
+    rx_free_[to] = received;
+    sent = std::max(sent, received);
+  }
   double arrive = sent + latency(from, to);
   if (s_.jitter > 0) arrive += rng_.exponential(1.0 / s_.jitter);
   double& last = link_last_[(std::uint64_t(from) << 32) | to];

@@ -80,6 +80,8 @@ TEST_CASE("network: a rate change mid-message, and limit_receive's slower end an
     // p1 -> p0 at p0's rate (1 MB/s after t = 1); then p2 -> p0 waits for p0 to be free.
     CHECK(net.transmit(1, 0, 1'000'000, 6) == doctest::Approx(7.0));
     CHECK(net.transmit(2, 0, 1'000'000, 6) == doctest::Approx(8.0));
+    // p1's NIC is not held while p0 receives: its next message, to p2, goes at once.
+    CHECK(net.transmit(1, 2, 1'000'000, 6) == doctest::Approx(6.02));
     // Before the change p0 receives at 8 MB/s, and the change mid-message applies at the receiver too.
     Network fresh(s, {0, 1, 1}, rumor::Rng(1));
     CHECK(fresh.transmit(1, 0, 12'000'000, 0) == doctest::Approx(5.0));
