@@ -82,8 +82,10 @@ def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True):
     }
 
 
-def sim_round(build, scenario, calib, out, target, seed, allreduce=False):
+def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True):
     os.makedirs(out, exist_ok=True)
+    if not rerun and os.path.exists(os.path.join(out, "summary.json")):
+        return read_sim(out, target, allreduce)
     ini = os.path.join(out, "predict.ini")
     with open(ini, "w") as f:
         f.write(f"include = {os.path.abspath(scenario)}\ninclude = {os.path.abspath(calib)}\n")
@@ -91,6 +93,10 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False):
             f.write("[algorithm]\nkind = allreduce\n[output]\npeer_evals = off\n")
     subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return read_sim(out, target, allreduce)
+
+
+def read_sim(out, target, allreduce):
     summ = json.load(open(os.path.join(out, "summary.json")))
     if allreduce:
         rows = list(csv.DictReader(open(os.path.join(out, "timeseries.csv"))))
@@ -116,6 +122,36 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False):
         "wall": summ["virtual_time"],
         "curve": curve,
     }
+
+
+def change_report(out_dirs):
+    """For a scenario with bandwidth changes: the changed peer's training rate (steps/s between
+    its evaluations) before the first change and in the 10 s after it, and every peer's failed
+    exchanges, per real round."""
+    lines = []
+    for k, d in enumerate(out_dirs):
+        plan = json.load(open(os.path.join(d, "plan.json")))
+        for p in plan["peers"]:
+            if not p["bandwidth_changes"]:
+                continue
+            at = p["bandwidth_changes"][0]["at"]
+            rows = [json.loads(x) for x in open(os.path.join(d, f"{p['id']}.jsonl")) if x.strip()]
+            ev = [(r["t"], r["step"]) for r in rows if r.get("event") == "eval"]
+            before = [e for e in ev if e[0] <= at]
+            after = [e for e in ev if at < e[0] <= at + 10]
+
+            def rate(pts):
+                return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 and pts[-1][0] > pts[0][0] else None
+            failed = 0
+            for q in plan["peers"]:
+                failed += sum(1 for x in open(os.path.join(d, f"{q['id']}.jsonl"))
+                              if '"exchange_failed"' in x)
+            training = [e for e in ev if e[1] > 0]
+            lines.append(f"round {k + 1}: {p['id']} drops to {p['bandwidth_changes'][0]['bandwidth'] * 8 / 1e6:g} Mbit at "
+                         f"{at:g} s; its training from {training[0][0] if training else '-'} s to {ev[-1][0] if ev else '-'} s; "
+                         f"steps/s before {fmt(rate(before), '.0f')}, in the 10 s after {fmt(rate(after), '.0f')}; "
+                         f"failed exchanges (all peers) {failed}")
+    return "\n".join(lines)
 
 
 def med(rows, key):
@@ -219,8 +255,11 @@ def main():
                     help="rounds of each DDP form (default 1: a DDP run takes minutes here)")
     ap.add_argument("--sim-only", action="store_true",
                     help="keep the real runs already in --out (and its calibration); redo the predictions and tables")
+    ap.add_argument("--tables-only", action="store_true",
+                    help="keep the real runs and the predictions already in --out; redo the tables (e.g. for another --target)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    args.sim_only = args.sim_only or args.tables_only
     if args.sim_only:
         calib = os.path.join(args.out, "calibration.ini")
         keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
@@ -240,7 +279,8 @@ def main():
             t0 = time.time()
             real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{k}"), args.target,
                                    args.timeout, rerun=not args.sim_only))
-            sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{k}"), args.target, 1 + k))
+            sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{k}"), args.target, 1 + k,
+                                 rerun=not args.tables_only))
             print(f"testbed_race: {name} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} wall "
                   f"{real[-1]['wall']:.1f} s, sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s "
                   f"({time.time() - t0:.0f} s)", file=sys.stderr)
@@ -254,21 +294,25 @@ def main():
                                         args.timeout, ddp=form, rerun=not args.sim_only))
                 if form == "plain":
                     dsim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-allreduce{k}"),
-                                          args.target, 1 + k, allreduce=True))
+                                          args.target, 1 + k, allreduce=True, rerun=not args.tables_only))
                 print(f"testbed_race: {name} DDP {form} round {k + 1}/{args.ddp_rounds}: rank 0 t="
                       f"{dreal[-1]['t_target']} wall {dreal[-1]['wall']:.1f} s ({time.time() - t0:.0f} s)",
                       file=sys.stderr)
             systems.append((labels[form], dreal, dsim or None))
         results.append((name, systems))
         md.append(table(name, desc, systems, args.target))
+        changes = change_report([os.path.join(args.out, name, f"real{k}") for k in range(args.rounds)])
+        if changes:
+            md[-1] += "\n" + changes + "\n"
         print(md[-1], flush=True)
     text = "\n".join(md)
-    with open(os.path.join(args.out, "tables.md"), "w") as f:
+    suffix = f"-{args.target:g}"
+    with open(os.path.join(args.out, f"tables{suffix}.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    with open(os.path.join(args.out, f"results{suffix}.json"), "w") as f:
         json.dump([{"scenario": n, "systems": [{"system": lab, "real": r, "sim": s} for lab, r, s in systems]}
                    for n, systems in results], f, indent=1)
-    plot(results, os.path.join(args.out, "accuracy.png"), args.target)
+    plot(results, os.path.join(args.out, f"accuracy{suffix}.png"), args.target)
     return 0
 
 
