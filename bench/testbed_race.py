@@ -90,7 +90,7 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=
     with open(ini, "w") as f:
         f.write(f"include = {os.path.abspath(scenario)}\ninclude = {os.path.abspath(calib)}\n")
         if allreduce:  # DDP's ring all-reduce of the gradient every step
-            f.write("[algorithm]\nkind = allreduce\n[output]\npeer_evals = off\n")
+            f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n[output]\npeer_evals = off\n")
     subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return read_sim(out, target, allreduce)
@@ -136,7 +136,8 @@ def change_report(out_dirs):
                 continue
             at = p["bandwidth_changes"][0]["at"]
             rows = [json.loads(x) for x in open(os.path.join(d, f"{p['id']}.jsonl")) if x.strip()]
-            ev = [(r["t"], r["step"]) for r in rows if r.get("event") == "eval"]
+            # The last evaluation comes after settling: it does not measure training.
+            ev = [(r["t"], r["step"]) for r in rows if r.get("event") == "eval"][:-1]
             before = [e for e in ev if e[0] <= at]
             after = [e for e in ev if at < e[0] <= at + 10]
 
@@ -148,7 +149,8 @@ def change_report(out_dirs):
                               if '"exchange_failed"' in x)
             training = [e for e in ev if e[1] > 0]
             lines.append(f"round {k + 1}: {p['id']} drops to {p['bandwidth_changes'][0]['bandwidth'] * 8 / 1e6:g} Mbit at "
-                         f"{at:g} s; its training from {training[0][0] if training else '-'} s to {ev[-1][0] if ev else '-'} s; "
+                         f"{at:g} s; its evaluations in training from {training[0][0] if training else '-'} s to "
+                         f"{ev[-1][0] if ev else '-'} s; "
                          f"steps/s before {fmt(rate(before), '.0f')}, in the 10 s after {fmt(rate(after), '.0f')}; "
                          f"failed exchanges (all peers) {failed}")
     return "\n".join(lines)
@@ -198,7 +200,7 @@ def table(name, desc, systems, target):
     if rumor is not None and ddp:
         lines.append(f"\nRumor's time to {target} / the best DDP form's: {rumor / min(ddp):.2f}x")
     elif len(systems) > 1:
-        lines.append(f"\nNo ratio: {'Rumor' if rumor is None else 'no DDP form'} did not reach {target}.")
+        lines.append(f"\nNo ratio: {'Rumor did not reach' if rumor is None else 'no DDP form reached'} {target}.")
     return "\n".join(lines) + "\n"
 
 
@@ -255,13 +257,15 @@ def main():
                     help="rounds of each DDP form (default 1: a DDP run takes minutes here)")
     ap.add_argument("--sim-only", action="store_true",
                     help="keep the real runs already in --out (and its calibration); redo the predictions and tables")
+    ap.add_argument("--calibration", default=None,
+                    help="with --sim-only: the calibration fragment to predict with (default: --out's calibration.ini)")
     ap.add_argument("--tables-only", action="store_true",
                     help="keep the real runs and the predictions already in --out; redo the tables (e.g. for another --target)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.sim_only = args.sim_only or args.tables_only
     if args.sim_only:
-        calib = os.path.join(args.out, "calibration.ini")
+        calib = args.calibration or os.path.join(args.out, "calibration.ini")
         keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
     else:
         calib, keys = calibrate(args.build, args.out)
