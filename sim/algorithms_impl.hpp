@@ -202,9 +202,10 @@ struct AlgorithmRun::Impl {
     return m;
   }
 
-  double min_bandwidth() const {
+  // The slowest NIC of the ring at virtual time t (classes' bandwidth_change applies).
+  double min_bandwidth(double t) const {
     double bw = INFINITY;
-    for (std::uint32_t i = 0; i < n; ++i) bw = std::min(bw, s.classes[class_of_[i]].bandwidth);
+    for (std::uint32_t i = 0; i < n; ++i) bw = std::min(bw, s.classes[class_of_[i]].bandwidth_at(t));
     return bw;
   }
   double max_ring_latency() const {
@@ -212,10 +213,11 @@ struct AlgorithmRun::Impl {
     for (std::uint32_t i = 0; i < n && n > 1; ++i) lat = std::max(lat, net->latency(i, (i + 1) % n));
     return lat;
   }
-  double allreduce_time() const {
+  // One ring all-reduce starting at virtual time t (the rate of its start holds throughout).
+  double allreduce_time(double t = 0) const {
     if (n <= 1) return 0;
     const double k = static_cast<double>(n - 1);
-    return 2 * k / n * static_cast<double>(B) / min_bandwidth() + 2 * k * max_ring_latency();
+    return 2 * k / n * static_cast<double>(B) / min_bandwidth(t) + 2 * k * max_ring_latency();
   }
   double server_bw() const { return s.server_bandwidth > 0 ? s.server_bandwidth : s.classes[0].bandwidth; }
   double server_latency() const { return s.latency; }

@@ -57,7 +57,7 @@ void AlgorithmRun::Impl::run_round() {
     case Algorithm::Diloco: {
       for (std::uint32_t i = 0; i < n; ++i) clock[i] += c[i];
       double end = *std::max_element(clock.begin(), clock.end());
-      if (comm) end += allreduce_time();
+      if (comm) end += allreduce_time(end);
       advance_to(end);
       state_changed = true;
       for (std::uint32_t i = 0; i < n; ++i) local_step(i);
@@ -95,7 +95,7 @@ void AlgorithmRun::Impl::run_round() {
       double end = 0;
       for (std::uint32_t i = 0; i < n; ++i) end = std::max(end, clock[i] + c[i]);
       if (s.algorithm == Algorithm::AllReduce) {
-        end += allreduce_time();
+        end += allreduce_time(end);
         allreduce_bytes();
       } else if (s.algorithm == Algorithm::PsSync) {
         end = ps_sync_time(clock, c);

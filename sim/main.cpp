@@ -85,6 +85,10 @@ int main(int argc, char** argv) {
   app.add_option("--peer-flags", peer_flags_of,
                  "Print the rumor-peer flags that run peer K of the scenario for real (K, or `all`: one line per "
                  "founder), and exit; examples/quickstart.sh starts its peers so");
+  bool testbed_plan = false;
+  app.add_flag("--testbed-plan", testbed_plan,
+               "Print the testbed's plan of the scenario as JSON (every founder's class, bandwidth, CPU share, "
+               "bandwidth changes and rumor-peer flags), and exit; examples/testbed/run.sh builds its network from it");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -129,6 +133,10 @@ int main(int argc, char** argv) {
   bool swept = false;
   try {
     const rumor::sim::Scenario s = rumor::sim::load_scenario(scenario_path, sets);
+    if (testbed_plan) {
+      std::cout << rumor::sim::testbed_plan(s);
+      return 0;
+    }
     if (!peer_flags_of.empty()) {
       std::uint32_t first = 1, last = s.founders;
       if (peer_flags_of != "all") {

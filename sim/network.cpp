@@ -2,13 +2,14 @@
 #include "sim/network.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.hpp"
 
 namespace rumor::sim {
 
 Network::Network(const Scenario& s, std::vector<std::uint32_t> class_of, Rng rng)
-    : s_(s), class_of_(std::move(class_of)), rng_(rng), nic_free_(class_of_.size(), 0.0) {
+    : s_(s), class_of_(std::move(class_of)), rng_(rng), nic_free_(class_of_.size(), 0.0), rx_free_(class_of_.size(), 0.0) {
   const std::size_t n = class_of_.size();
   const auto sides = [n](const PeerSet& a, const PeerSet& b) {
     Sides sd{std::vector<bool>(n, false), std::vector<bool>(n, false)};
@@ -27,11 +28,40 @@ double Network::latency(std::uint32_t from, std::uint32_t to) const {
   return lat;
 }
 
-double Network::bandwidth(std::uint32_t from, std::uint32_t to) const {
-  double bw = s_.classes[class_of_[from]].bandwidth;
+double Network::send_rate(std::uint32_t from, std::uint32_t to, double t) const {
+  double bw = s_.classes[class_of_[from]].bandwidth_at(t);
   for (std::size_t i = 0; i < s_.links.size(); ++i)
     if (s_.links[i].bandwidth > 0 && link_sides_[i].pair(from, to)) bw = std::min(bw, s_.links[i].bandwidth);
   return bw;
+}
+
+double Network::bandwidth(std::uint32_t from, std::uint32_t to, double t) const {
+  const double bw = send_rate(from, to, t);
+  return s_.limit_receive ? std::min(bw, s_.classes[class_of_[to]].bandwidth_at(t)) : bw;
+}
+
+double Network::next_change(std::uint32_t from, std::uint32_t to, double t) const {
+  double next = std::numeric_limits<double>::infinity();
+  const auto first_after = [&](const PeerClass& c) {
+    for (const auto& ch : c.bandwidth_changes)
+      if (ch.at > t) return next = std::min(next, ch.at);
+    return next;
+  };
+  first_after(s_.classes[class_of_[from]]);
+  if (to != kNoPeer) first_after(s_.classes[class_of_[to]]);
+  return next;
+}
+
+template <class Rate>
+double Network::serialise(double start, double bytes, std::uint32_t from, std::uint32_t to, Rate rate) const {
+  // Piecewise across the rate changes that fall inside the message.
+  double at = start, left = bytes;
+  for (;;) {
+    const double r = rate(at), next = next_change(from, to, at);
+    if (at + left / r <= next) return at + left / r;
+    left -= (next - at) * r;
+    at = next;
+  }
 }
 
 bool Network::partitioned(std::uint32_t a, std::uint32_t b, double t) const {
@@ -48,9 +78,19 @@ double Network::refused_after(std::uint32_t from, std::uint32_t to) const {
 
 double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now) {
   RUMOR_CHECK(from < nic_free_.size() && to < nic_free_.size());
+  // The sender's NIC: busy for the message at its own rate.
   const double start = std::max(now, nic_free_[from]);
-  const double sent = start + static_cast<double>(bytes) / bandwidth(from, to);
+  const double b = static_cast<double>(bytes);
+  double sent = serialise(start, b, from, kNoPeer, [&](double at) { return send_rate(from, to, at); });
   nic_free_[from] = sent;
+  if (s_.limit_receive) {
+    // The receiver's link: one message at a time, at the slower end's rate. The sender's NIC
+    // is not held meanwhile (the bytes wait in socket buffers, as with TCP).
+    const double rx_start = std::max(start, rx_free_[to]);
+    const double received = serialise(rx_start, b, from, to, [&](double at) { return bandwidth(from, to, at); });
+    rx_free_[to] = received;
+    sent = std::max(sent, received);
+  }
   double arrive = sent + latency(from, to);
   if (s_.jitter > 0) arrive += rng_.exponential(1.0 / s_.jitter);
   double& last = link_last_[(std::uint64_t(from) << 32) | to];
@@ -63,6 +103,7 @@ double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t byt
 void Network::reset_peer(std::uint32_t peer) {
   RUMOR_CHECK(peer < nic_free_.size());
   nic_free_[peer] = 0;
+  rx_free_[peer] = 0;
   // In-order clocks of its links: only ever a lower bound, so stale ones are harmless; they
   // are dropped to keep the table from holding links of long-gone lives.
   for (auto it = link_last_.begin(); it != link_last_.end();) {

@@ -9,8 +9,14 @@
 //   - with probability `loss` it vanishes; across an active partition it vanishes too (both
 //     at send and at arrival time). Vanished messages are silent: the protocol's deadlines
 //     notice them;
+//   - a class's `bandwidth_change` lines change its NIC's rate at set times: a message being
+//     serialised across a change moves at each rate for the part of it that falls there;
+//   - with `network.limit_receive`, the message also crosses the receiver's link, one message
+//     at a time, at the slower end's rate, starting when the sender starts it or when the
+//     receiver's link is free; it arrives when both are through (the sender's NIC is free after
+//     its own part: the bytes wait in socket buffers, as with TCP);
 //   - link latency = network.latency + the two ends' class latency, unless a `link` line
-//     sets it; receive-side contention is not modelled.
+//     sets it; without limit_receive, receive-side contention is not modelled.
 // Everything random comes from the one network stream, drawn in event order.
 #pragma once
 #include <cstdint>
@@ -28,7 +34,8 @@ class Network {
   Network(const Scenario& s, std::vector<std::uint32_t> class_of, Rng rng);
 
   double latency(std::uint32_t from, std::uint32_t to) const;
-  double bandwidth(std::uint32_t from, std::uint32_t to) const;
+  // The rate of a message from `from` to `to` at virtual time t (bytes/s).
+  double bandwidth(std::uint32_t from, std::uint32_t to, double t = 0) const;
   bool partitioned(std::uint32_t a, std::uint32_t b, double t) const;
   // Delay before a sender learns that a connect to a dead peer was refused.
   double refused_after(std::uint32_t from, std::uint32_t to) const;
@@ -44,6 +51,16 @@ class Network {
   std::vector<std::uint32_t> class_of_;
   Rng rng_;
   std::vector<double> nic_free_;  // per peer: when its NIC finishes the last queued message
+  std::vector<double> rx_free_;   // per peer: when it finishes receiving (limit_receive)
+  static constexpr std::uint32_t kNoPeer = 0xffffffffu;
+  // The first bandwidth change of `from` or `to` (kNoPeer: only `from`) strictly after t.
+  double next_change(std::uint32_t from, std::uint32_t to, double t) const;
+  // The sender's NIC rate (its class, link lines) at t.
+  double send_rate(std::uint32_t from, std::uint32_t to, double t) const;
+  // When `bytes` starting at `start` are through, at rate(t), which changes only where
+  // next_change(from, to, .) says.
+  template <class Rate>
+  double serialise(double start, double bytes, std::uint32_t from, std::uint32_t to, Rate rate) const;
   std::unordered_map<std::uint64_t, double> link_last_;  // (from << 32 | to) -> last arrival
   // Per link line and partition line: membership bitmaps of the two sides.
   struct Sides {

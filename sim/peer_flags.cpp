@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/knobs.hpp"
 
 namespace rumor::sim {
@@ -37,6 +39,40 @@ std::vector<std::string> peer_flags(const Scenario& s, std::uint32_t k) {
     else f.insert(f.end(), {knob_flag(knob), v});
   }
   return f;
+}
+
+std::string testbed_plan(const Scenario& s) {
+  const auto refuse = [&](const std::string& what) {
+    throw ScenarioError(s.source + ": --testbed-plan: the testbed does not build " + what);
+  };
+  if (!s.churn.empty()) refuse("churn ([churn])");
+  if (!s.partitions.empty()) refuse("partitions (network.partition)");
+  if (s.loss > 0) refuse("message loss (network.loss): tc has no netem here");
+  if (!s.links.empty()) refuse("link lines (network.link): links are shaped per peer, by class");
+  if (s.jitter > 0) refuse("jitter (network.jitter): tc has no netem here");
+  nlohmann::ordered_json j;
+  j["scenario"] = s.source;
+  j["seed"] = s.seed;
+  j["min_peers"] = s.loop.min_peers;
+  j["limit_receive"] = s.limit_receive;
+  auto peers = nlohmann::ordered_json::array();
+  std::uint32_t k = 0;
+  for (const PeerClass& c : s.classes) {
+    for (std::uint32_t i = 0; i < c.count; ++i, ++k) {
+      nlohmann::ordered_json p;
+      p["id"] = "p" + std::to_string(k);
+      p["class"] = c.name;
+      p["bandwidth"] = c.bandwidth;
+      p["cpu"] = c.cpu;
+      auto ch = nlohmann::ordered_json::array();
+      for (const auto& b : c.bandwidth_changes) ch.push_back({{"at", b.at}, {"bandwidth", b.bandwidth}});
+      p["bandwidth_changes"] = ch;
+      p["flags"] = peer_flags(s, k + 1);
+      peers.push_back(p);
+    }
+  }
+  j["peers"] = peers;
+  return j.dump(1) + "\n";
 }
 
 }  // namespace rumor::sim

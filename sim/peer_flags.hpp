@@ -21,4 +21,13 @@ namespace rumor::sim {
 // of range).
 std::vector<std::string> peer_flags(const Scenario& s, std::uint32_t k);
 
+// The testbed's plan of a scenario (`rumor-sim SCENARIO --testbed-plan`, read by
+// examples/testbed/run.sh): one JSON object with the founders in id order, each with its class,
+// the class's bandwidth (bytes/s, as written: what htb shapes both ways), its share of a core
+// (`cpu`: the cgroup's CPU cap), its bandwidth changes ({at, bandwidth}) and its rumor-peer
+// flags (peer_flags above), plus the run's seed, min_peers and the scenario's path. Throws as
+// peer_flags does, and for a scenario with churn, partitions, loss, links, latency or jitter of
+// its own, which the testbed does not build.
+std::string testbed_plan(const Scenario& s);
+
 }  // namespace rumor::sim

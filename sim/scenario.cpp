@@ -64,7 +64,7 @@ namespace ini {
 const std::set<std::string> kListKeys = {"network.link", "network.partition", "compute.straggler",
                                          "churn.crash", "churn.leave", "churn.join"};
 const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
-                                          "exchange_cpu", "eval_time", "start"};
+                                          "exchange_cpu", "eval_time", "start", "cpu", "bandwidth_change"};
 // The loop's knobs join their sections from core's table (core/knobs.hpp), with the older
 // spelling of a key where one is still read.
 std::map<std::string, std::set<std::string>> with_loop_knobs(std::map<std::string, std::set<std::string>> keys) {
@@ -88,8 +88,8 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
                   "schedule", "warmup_steps", "decay_fraction", "batch", "peer_seeds", "dim",
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
     {"gossip", {"topology", "bootstrap", "fetch_state"}},
-    {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition"}},
-    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores"}},
+    {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition", "limit_receive"}},
+    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "cpu"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
     {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "log_exchanges", "log_views"}},
 });
@@ -380,6 +380,28 @@ class Builder {
     dur(prefix + "exchange_cpu", c.exchange_cpu);
     dur(prefix + "eval_time", c.eval_time);
     dur(prefix + "start", c.start);
+    if (get(prefix + "cpu", c.cpu) && !(c.cpu > 0 && c.cpu <= 1024))
+      fail(where_of(prefix + "cpu"), prefix + "cpu", "a share of one core: > 0 (0.25 is a quarter of a core)");
+    if (const RawValue* v = r_.last(prefix + "bandwidth_change")) {
+      // "RATE@T[, RATE@T ...]", times increasing
+      c.bandwidth_changes.clear();
+      std::size_t start = 0;
+      while (start <= v->value.size()) {
+        const auto comma = v->value.find(',', start);
+        const std::string item = trim(v->value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? v->value.size() + 1 : comma + 1;
+        const auto at = item.find('@');
+        if (at == std::string::npos)
+          fail(v->where, prefix + "bandwidth_change", "expected `RATE@T[, RATE@T ...]` (e.g. 20Mbit@10s), got '" + item + "'");
+        PeerClass::BandwidthChange ch;
+        ch.bandwidth = parse_bandwidth(trim(item.substr(0, at)), v->where, prefix + "bandwidth_change");
+        ch.at = parse_duration(trim(item.substr(at + 1)), v->where, prefix + "bandwidth_change");
+        if (!(ch.bandwidth > 0)) fail(v->where, prefix + "bandwidth_change", "a rate must be > 0");
+        if (!c.bandwidth_changes.empty() && ch.at <= c.bandwidth_changes.back().at)
+          fail(v->where, prefix + "bandwidth_change", "the times must increase");
+        c.bandwidth_changes.push_back(ch);
+      }
+    }
   }
 
   void compute_and_classes(Scenario& s) {
@@ -410,6 +432,13 @@ class Builder {
       if (have_peers && peers != total)
         fail(where_of("run.peers"), "run.peers", std::to_string(peers) + " does not match the classes' counts (" +
                                                     std::to_string(total) + ")");
+    }
+    for (auto& c : s.classes) {
+      // The machine's share of a core stretches everything it computes (class `cpu`).
+      c.step_time /= c.cpu;
+      c.exchange_cpu /= c.cpu;
+      c.eval_time /= c.cpu;
+      c.start /= c.cpu;
     }
     for (const auto& c : s.classes) s.founders += c.count;
     if (s.founders == 0) fail(where_of("run.peers"), "run.peers", "the swarm needs at least one founding peer");
@@ -466,6 +495,7 @@ class Builder {
     if (get("network.loss", s.loss) && (s.loss < 0 || s.loss >= 1))
       fail(where_of("network.loss"), "network.loss", "a probability in [0, 1)");
     dur("network.refused_after", s.refused_after);
+    get("network.limit_receive", s.limit_receive);
     for (const RawValue& v : r_.all("network.link")) {
       // "A | B latency=.. bandwidth=.."
       const auto bar = v.value.find('|');

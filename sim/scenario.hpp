@@ -74,6 +74,23 @@ struct PeerClass {
   double exchange_cpu = 0.0;   // seconds of CPU per payload message sent or received
   double eval_time = 0.0;      // seconds a peer evaluation (peer_evals) holds the peer
   double start = 0.0;          // seconds from (re)start to the first step (loading data)
+  // The share of one core this kind of machine has (`cpu = 0.25`: a quarter; the testbed's
+  // cgroup CPU cap). The parser divides step_time, exchange_cpu, eval_time and start by it, so
+  // the times above are those of a whole core as written and the machine's once parsed.
+  double cpu = 1.0;
+  // `bandwidth_change = RATE@T[, RATE@T ...]`: from virtual time T on, the NIC runs at RATE
+  // (bytes/s), in time order (the testbed's `tc class change` mid-run).
+  struct BandwidthChange {
+    double at = 0, bandwidth = 0;
+  };
+  std::vector<BandwidthChange> bandwidth_changes;
+  // The NIC's rate at virtual time t.
+  double bandwidth_at(double t) const {
+    double bw = bandwidth;
+    for (const auto& c : bandwidth_changes)
+      if (t >= c.at) bw = c.bandwidth;
+    return bw;
+  }
 };
 
 struct LinkSpec {
@@ -164,6 +181,10 @@ struct Scenario {
   double jitter = 0;           // mean of an exponential extra delay per message
   double loss = 0;             // probability a message vanishes
   double refused_after = -1;   // < 0: two link latencies (a refused TCP connect)
+  // On: a class's bandwidth limits what its peers receive too (the testbed shapes both ends of
+  // every link): a message moves at the slower end's rate, and a receiver takes one message at
+  // a time, as a sender does. Off (default): only the sender's NIC (and link lines) limit it.
+  bool limit_receive = false;
   std::vector<LinkSpec> links;
   std::vector<PartitionSpec> partitions;
   // [compute] defaults and [class.*]

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The testbed race (docs/testbed.md): every examples/testbed/S*.ini scenario run by native
+# rumor-peers in shaped network namespaces (examples/testbed/run.sh, as root), with rumor-sim's
+# prediction of the same file beside each; one table per scenario (medians of --rounds), a PNG
+# of accuracy against wall time. `bench/testbed_race.sh --help` for the options.
+#
+# TODO (not built): Rumor's Python peers (rumor.torch, examples/torch_quickstart.py) in the
+# namespaces (run.sh --peer-cmd python refuses): the DDP side (plain, PowerSGD, post-local SGD
+# period 8; bench/testbed_ddp.py) races native rumor-peer, not the same torch code.
+set -euo pipefail
+exec /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/testbed_race.py" "$@"

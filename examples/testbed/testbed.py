@@ -1,0 +1,464 @@
+#!/usr/bin/python3
+"""The network testbed: real peers in network namespaces on one bridge, with htb-shaped links
+and cgroup CPU caps, built from a rumor-sim scenario file (docs/testbed.md).
+
+One scenario, two worlds: `rumor-sim SCENARIO --testbed-plan` reads the file (the simulator's
+own parser) and prints every founder's class, bandwidth, CPU share, bandwidth changes and
+rumor-peer flags; this program builds that network and runs those peers, and `rumor-sim` on the
+same file predicts the run. Nothing here parses the INI file.
+
+The network: one private /24 (default 10.213.7.0/24) that exists only inside the namespaces made
+here. A bridge `br0` lives in its own namespace (PREFIX-br), so nothing is added to the host's
+root namespace; peer k has a namespace PREFIX-pK with `eth0` = 10.213.7.(10+K)/24, the other end
+of its veth (`pK`) on the bridge. Each link is shaped both ways to the class bandwidth with htb:
+egress of the peer's eth0 (what it sends) and egress of the bridge-side pK (what it receives).
+Each peer runs in a cgroup v1 `cpu` group PREFIX/pK with cfs_quota = share x period.
+
+Tear-down always runs (finally, SIGINT and SIGTERM handlers), is idempotent and removes every
+namespace, veth, bridge and cgroup of the prefix; `--cleanup PREFIX` removes what a run killed
+with SIGKILL left. PREFIX is `rtb-<pid>` unless given.
+
+This file is also the library of the tests (tests/testbed/) and of bench/testbed_race.sh.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+SKIP = 77  # what the tests' SKIP_RETURN_CODE expects
+
+
+class Refused(Exception):
+    """The machine cannot host a testbed (not root, no namespaces, no htb, no cgroup cpu)."""
+
+
+def sh(*args, check=True, quiet=False):
+    r = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def tc_rate(bytes_per_s):
+    """htb's rate in bit/s (tc takes `bit` for bits per second)."""
+    return f"{int(round(bytes_per_s * 8))}bit"
+
+
+def tc_burst(bytes_per_s):
+    # 5 ms of the rate, at least 64 KiB: veth hands htb GSO packets of up to 64 KiB, and a
+    # burst below one packet would hold the rate under the set one.
+    return str(max(65536, int(bytes_per_s * 0.005)))
+
+
+class Testbed:
+    """A bridge namespace and peer namespaces under one name prefix. Use as a context manager:
+    leaving it (normally or by an exception) tears everything down."""
+
+    def __init__(self, prefix=None, subnet="10.213.7", period_us=100000):
+        self.prefix = prefix or f"rtb-{os.getpid()}"
+        self.subnet = subnet
+        self.period_us = period_us
+        self.br = f"{self.prefix}-br"
+        self.peers = []  # indices made
+        self.procs = []  # Popen of everything started in the namespaces
+        self._lock = threading.Lock()
+
+    # ---- checks ----
+    @staticmethod
+    def refusal():
+        """Why this machine cannot host a testbed, or None."""
+        if os.geteuid() != 0:
+            return "not root: network namespaces, tc and cgroups need root"
+        for tool in ("ip", "tc", "nsenter"):
+            if not shutil.which(tool):
+                return f"{tool} not found"
+        if not os.path.isfile(os.path.join(CGROUP_CPU, "cpu.cfs_quota_us")):
+            return f"no cgroup v1 cpu controller at {CGROUP_CPU} (cpu.cfs_quota_us)"
+        probe = f"rtb-probe-{os.getpid()}"
+        r = sh("ip", "netns", "add", probe, check=False)
+        if r.returncode != 0:
+            return f"cannot make a network namespace: {r.stderr.strip()}"
+        try:
+            r = sh("ip", "-n", probe, "link", "add", "b0", "type", "bridge", check=False)
+            if r.returncode != 0:
+                return f"cannot make a bridge in a namespace: {r.stderr.strip()}"
+            r = sh("tc", "-n", probe, "qdisc", "add", "dev", "b0", "root", "handle", "1:", "htb", check=False)
+            if r.returncode != 0:
+                return f"tc cannot add an htb qdisc: {r.stderr.strip()}"
+        finally:
+            sh("ip", "netns", "del", probe, check=False)
+        return None
+
+    def addr(self, k):
+        return f"{self.subnet}.{10 + k}"
+
+    def ns(self, k):
+        return f"{self.prefix}-p{k}"
+
+    def cgroup(self, k):
+        return os.path.join(CGROUP_CPU, self.prefix, f"p{k}")
+
+    # ---- building ----
+    def __enter__(self):
+        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def stop(signum, _frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        for s in self._old:
+            signal.signal(s, stop)
+        try:
+            sh("ip", "netns", "add", self.br)
+            sh("ip", "-n", self.br, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", self.br, "link", "set", "br0", "up")
+            os.makedirs(os.path.join(CGROUP_CPU, self.prefix), exist_ok=True)
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+    def add_peer(self, k, bandwidth, cpu):
+        """Namespace, veth to the bridge, htb both ways at `bandwidth` bytes/s, a cgroup with
+        `cpu` cores (0 or None: uncapped)."""
+        ns = self.ns(k)
+        sh("ip", "netns", "add", ns)
+        self.peers.append(k)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.br, "link", "add", f"p{k}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "-n", self.br, "link", "set", f"p{k}", "master", "br0")
+        sh("ip", "-n", self.br, "link", "set", f"p{k}", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{self.addr(k)}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        for where, dev in ((ns, "eth0"), (self.br, f"p{k}")):
+            sh("tc", "-n", where, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+            sh("tc", "-n", where, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+               "rate", tc_rate(bandwidth), "ceil", tc_rate(bandwidth),
+               "burst", tc_burst(bandwidth), "cburst", tc_burst(bandwidth))
+        cg = self.cgroup(k)
+        os.makedirs(cg, exist_ok=True)
+        with open(os.path.join(cg, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(self.period_us))
+        quota = -1 if not cpu else max(1000, int(round(cpu * self.period_us)))
+        with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(quota))
+
+    def set_bandwidth(self, k, bandwidth):
+        """`tc class change` both ends of peer k's link (a mid-run change)."""
+        for where, dev in ((self.ns(k), "eth0"), (self.br, f"p{k}")):
+            sh("tc", "-n", where, "class", "change", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+               "rate", tc_rate(bandwidth), "ceil", tc_rate(bandwidth),
+               "burst", tc_burst(bandwidth), "cburst", tc_burst(bandwidth))
+
+    def start(self, k, argv, stdout=None, stderr=None, env=None):
+        """Start argv in peer k's namespace and cgroup. The child joins the cgroup before it
+        execs nsenter, so the command never runs uncapped."""
+        procs_file = os.path.join(self.cgroup(k), "cgroup.procs")
+
+        def enter():
+            os.setsid()
+            with open(procs_file, "w") as f:
+                f.write(str(os.getpid()))
+
+        p = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ns(k)}", "--"] + list(argv),
+                             stdout=stdout, stderr=stderr, env=env, preexec_fn=enter)
+        with self._lock:
+            self.procs.append(p)
+        return p
+
+    def run(self, k, argv, timeout):
+        """Run argv in peer k's namespace and cgroup to the end; returns (rc, stdout, stderr)."""
+        p = self.start(k, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            out, err = p.communicate()
+            return 124, out.decode(errors="replace"), err.decode(errors="replace")
+        return p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+    # ---- tearing down ----
+    def teardown(self):
+        with self._lock:
+            procs, self.procs = self.procs, []
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 5
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                kill_group(p)
+        cleanup(self.prefix)
+
+
+def kill_group(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def leftovers(prefix):
+    """Namespaces and cgroups of `prefix` that exist now (empty when torn down)."""
+    left = []
+    r = sh("ip", "netns", "list", check=False)
+    for line in r.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name == prefix or name.startswith(prefix + "-"):
+            left.append(f"netns {name}")
+    cg = os.path.join(CGROUP_CPU, prefix)
+    if os.path.isdir(cg):
+        left.append(f"cgroup {cg}")
+    return left
+
+
+def cleanup(prefix):
+    """Remove every namespace and cgroup of `prefix` (idempotent). Processes still in its
+    cgroups (ours: started by this prefix's testbed) are killed first; deleting a namespace
+    deletes the veth ends in it, and with the bridge's namespace the bridge."""
+    if not prefix.startswith("rtb-") or len(prefix) < 5:
+        raise ValueError(f"refusing to clean up '{prefix}': testbed prefixes start with rtb-")
+    base = os.path.join(CGROUP_CPU, prefix)
+    groups = sorted(os.path.join(base, d) for d in os.listdir(base)) if os.path.isdir(base) else []
+    groups = [g for g in groups if os.path.isdir(g)]
+    for sig in (signal.SIGKILL,):
+        for g in groups:
+            try:
+                pids = [int(x) for x in open(os.path.join(g, "cgroup.procs")).read().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+    r = sh("ip", "netns", "list", check=False)
+    names = [line.split()[0] for line in r.stdout.splitlines() if line.split()]
+    for name in names:
+        if name.startswith(prefix + "-"):
+            for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", name, check=False)
+    for g in groups + ([base] if os.path.isdir(base) else []):
+        for _ in range(50):
+            try:
+                os.rmdir(g)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)  # its last task is still exiting
+
+
+# ------------------------------------------------------------------------------------------
+# A scenario run
+
+def load_plan(rumor_sim, scenario, sets):
+    cmd = [rumor_sim, scenario, "--testbed-plan"]
+    for s in sets:
+        cmd += ["--set", s]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        raise SystemExit(2)
+    return json.loads(r.stdout)
+
+
+def read_metrics(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    except OSError:
+        pass
+    return rows
+
+
+def summarize(plan, out, launched, ended, target):
+    """summary.json: per peer its class, final accuracy, bytes, steps, training wall; for the
+    run, the wall time from launch and p0's time to `target` (seconds from launch)."""
+    peers = []
+    for p in plan["peers"]:
+        m = read_metrics(os.path.join(out, f"{p['id']}.jsonl"))
+        done = next((r for r in reversed(m) if r.get("event") == "done"), None)
+        evals = [r for r in m if r.get("event") == "eval"]
+        hit = next((r["t"] for r in evals if r.get("test_acc", 0) >= target), None)
+        peers.append({
+            "id": p["id"], "class": p["class"], "bandwidth": p["bandwidth"], "cpu": p["cpu"],
+            "done": done is not None,
+            "test_acc": done.get("test_acc") if done else (evals[-1]["test_acc"] if evals else None),
+            "bytes_sent": done.get("bytes_sent") if done else (evals[-1].get("bytes_sent") if evals else None),
+            "steps": done.get("steps") if done else None,
+            "samples_per_s": done.get("samples_per_s") if done else None,
+            "t_done": done.get("t") if done else None,
+            "time_to_target": hit,
+            "evals": [[r["t"], r.get("step"), r.get("test_acc")] for r in evals],
+        })
+    return {"scenario": plan["scenario"], "target": target, "wall_s": ended - launched, "peers": peers}
+
+
+def run_scenario(args):
+    plan = load_plan(args.rumor_sim, args.scenario, args.set)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "plan.json"), "w") as f:
+        json.dump(plan, f, indent=1)
+    if args.peer_cmd == "python":
+        raise SystemExit("run.sh: --peer-cmd python is not built yet (docs/testbed.md, TODO): native or ddp")
+    n = len(plan["peers"])
+    if n > 200:
+        raise SystemExit("run.sh: at most 200 peers fit the /24")
+    with Testbed(args.prefix, args.subnet, args.period_us) as tb:
+        for k, p in enumerate(plan["peers"]):
+            tb.add_peer(k, p["bandwidth"], p["cpu"])
+        seed = f"{tb.addr(0)}:{args.port}"
+        procs = []
+        launched = time.time()
+        for k, p in enumerate(plan["peers"]):
+            metrics = os.path.join(args.out, f"{p['id']}.jsonl")
+            if args.peer_cmd == "ddp":
+                # One torch DDP rank per namespace, the scenario's model and recipe (its flags).
+                argv = ["/usr/bin/python3", args.ddp_script, "--ddp", args.ddp, "--rank", str(k), "--world", str(n),
+                        "--master", seed, "--metrics", metrics] + p["flags"]
+            else:
+                argv = [args.rumor_peer, "--listen", f"{tb.addr(k)}:{args.port}", "--name", p["id"],
+                        "--metrics", metrics] + p["flags"]
+                if k > 0:
+                    argv += ["--join", seed]
+            log = open(os.path.join(args.out, f"{p['id']}.log"), "w")
+            procs.append(tb.start(k, argv, stdout=log, stderr=log))
+        timers = []
+        for k, p in enumerate(plan["peers"]):
+            for ch in p["bandwidth_changes"]:
+                t = threading.Timer(max(0.0, launched + ch["at"] - time.time()), tb.set_bandwidth,
+                                    (k, ch["bandwidth"]))
+                t.daemon = True
+                t.start()
+                timers.append(t)
+        print(f"run.sh: {n} peers in {tb.prefix}-p0..p{n - 1} ({tb.addr(0)}..{tb.addr(n - 1)}), logs in {args.out}",
+              file=sys.stderr)
+        rcs = [None] * n
+        deadline = launched + args.timeout
+        ended = None
+        while time.time() < deadline:
+            for k, pr in enumerate(procs):
+                if rcs[k] is None and pr.poll() is not None:
+                    rcs[k] = pr.returncode
+                    ended = time.time()  # the last exit ends the run
+            if all(rc is not None for rc in rcs):
+                break
+            time.sleep(0.05)
+        for t in timers:
+            t.cancel()
+        timed_out = any(rc is None for rc in rcs)
+        if ended is None:
+            ended = time.time()
+    summary = summarize(plan, args.out, launched, ended, args.target)
+    summary["exit_codes"] = rcs
+    summary["timed_out"] = timed_out
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    for p in summary["peers"]:
+        acc = "-" if p["test_acc"] is None else f"{p['test_acc']:.4f}"
+        mb = "-" if p["bytes_sent"] is None else f"{p['bytes_sent'] / 1e6:.1f}"
+        ttt = "-" if p["time_to_target"] is None else f"{p['time_to_target']:.1f}"
+        print(f"{p['id']:>4} {p['class']:>10} cpu {p['cpu']:<5g} {p['bandwidth'] * 8 / 1e6:8.1f} Mbit  "
+              f"acc {acc}  MB sent {mb}  t({args.target}) {ttt} s  done at {p['t_done']}")
+    print(f"wall {summary['wall_s']:.1f} s from launch; exit codes {rcs}")
+    if timed_out:
+        print(f"run.sh: the run passed --timeout {args.timeout} s and was stopped", file=sys.stderr)
+        return 1
+    return 0 if all(rc == 0 for rc in rcs) else 1
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    ap = argparse.ArgumentParser(
+        prog="run.sh",
+        description="Run a rumor-sim scenario on real peers: one network namespace per peer on one bridge, "
+                    "links shaped both ways with htb to the class bandwidth, each peer in a cgroup with the "
+                    "class CPU share (docs/testbed.md). Needs root, ip netns, tc htb and cgroup v1 cpu; "
+                    f"exits {SKIP} with the reason where they are missing.",
+        epilog="Scenario keys it uses: [class.NAME] count, bandwidth, cpu (share of one core), bandwidth_change "
+               "(RATE@T, applied with tc class change); the peers' flags come from `rumor-sim SCENARIO "
+               "--peer-flags`. Outputs in --out: plan.json, pK.log, pK.jsonl (metrics), summary.json. "
+               "Not built yet (TODO, docs/testbed.md): --peer-cmd python (rumor.torch peers).")
+    ap.add_argument("scenario", nargs="?", help="a rumor-sim scenario file (examples/testbed/S0.ini ...)")
+    ap.add_argument("--out", default=os.path.join(root, "out", "testbed"), help="output directory (default out/testbed)")
+    ap.add_argument("--peer-cmd", choices=["native", "python", "ddp"], default="native",
+                    help="what runs in each namespace: native rumor-peer, or a torch DDP rank (gloo, "
+                         "bench/testbed_ddp.py, the scenario's model and recipe); python (rumor.torch peers): "
+                         "not built yet")
+    ap.add_argument("--ddp", choices=["plain", "powersgd", "postlocal"], default="plain",
+                    help="--peer-cmd ddp: plain DDP, the PowerSGD hook, or post-local SGD with period 8")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a scenario key, as rumor-sim --set (repeatable)")
+    ap.add_argument("--build", default=os.path.join(root, "build"), help="build directory (default build)")
+    ap.add_argument("--prefix", default=None, help="name prefix of namespaces and cgroups (default rtb-<pid>)")
+    ap.add_argument("--subnet", default="10.213.7", help="the private /24, first three octets (default 10.213.7)")
+    ap.add_argument("--port", type=int, default=7000, help="every peer listens on this port in its namespace")
+    ap.add_argument("--period-us", type=int, default=100000,
+                    help="cfs_period_us of the CPU caps (default 100000, the kernel's; with 10000 a 0.075 cap gave 0.34 of a core here)")
+    ap.add_argument("--timeout", type=float, default=600, help="stop the run after this many seconds (default 600)")
+    ap.add_argument("--target", type=float, default=0.85, help="accuracy whose first crossing by each peer is reported")
+    ap.add_argument("--check", action="store_true", help="only check that this machine can host a testbed")
+    ap.add_argument("--cleanup", metavar="PREFIX", help="remove what a killed run of PREFIX left, and exit")
+    args = ap.parse_args(argv)
+    args.rumor_sim = os.path.join(args.build, "sim", "rumor-sim")
+    args.rumor_peer = os.path.join(args.build, "peer", "rumor-peer")
+    args.ddp_script = os.path.join(root, "bench", "testbed_ddp.py")
+    if args.cleanup:
+        cleanup(args.cleanup)
+        left = leftovers(args.cleanup)
+        print("\n".join(left) if left else f"nothing of {args.cleanup} left")
+        return 1 if left else 0
+    why = Testbed.refusal()
+    if why:
+        print(f"run.sh: cannot build a testbed here: {why}", file=sys.stderr)
+        return SKIP
+    if args.check:
+        print("run.sh: this machine can host a testbed")
+        return 0
+    if not args.scenario:
+        ap.error("a scenario file is required")
+    for b in (args.rumor_sim, args.rumor_peer):
+        if not os.access(b, os.X_OK):
+            ap.error(f"{b} not found: build first (cmake --build {args.build})")
+    try:
+        return run_scenario(args)
+    except KeyboardInterrupt as e:
+        print(f"run.sh: stopped ({e}); the testbed is torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""The network testbed's tests (docs/testbed.md), one ctest entry per case:
+
+  test_testbed.py shaping BUILD   the throughput between two namespaces shaped to 50 Mbit is
+                                  within 15% of it (a Python TCP sender and receiver);
+  test_testbed.py cpu BUILD       a rumor-peer capped at 0.4 of a core trains at 0.4 x the
+                                  samples/s of an uncapped one scaled to a whole core (by its
+                                  CPU time over wall time), within 20% (medians of 3 each,
+                                  interleaved, on synthetic data so loading costs nothing);
+  test_testbed.py swarm BUILD     a 2-peer rumor-peer swarm from a scenario file trains across
+                                  namespaces through run.sh and leaves no namespace, link or
+                                  cgroup; a run stopped by SIGTERM mid-training leaves nothing.
+
+Exit 77 (ctest's SKIP_RETURN_CODE) with the reason where a testbed cannot be built here.
+"""
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "examples", "testbed"))
+import testbed as T  # noqa: E402
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def root_links():
+    r = subprocess.run(["ip", "-o", "link"], stdout=subprocess.PIPE, text=True)
+    return sorted(line.split(":")[1].strip() for line in r.stdout.splitlines())
+
+
+def check_nothing_left(prefix, links_before):
+    left = T.leftovers(prefix)
+    if left:
+        fail(f"left behind: {left}")
+    links = root_links()
+    if links != links_before:
+        fail(f"the root namespace's links changed: {links_before} -> {links}")
+    print(f"nothing of {prefix} left; root namespace links unchanged ({len(links)})")
+
+
+def shaping(_build):
+    rate_bit = 50e6
+    prefix = f"rtb-shape-{os.getpid()}"
+    before = root_links()
+    script = os.path.join(HERE, "throughput.py")
+    results = []
+    with T.Testbed(prefix) as tb:
+        tb.add_peer(0, rate_bit / 8, None)
+        tb.add_peer(1, rate_bit / 8, None)
+        for direction in ((0, 1), (1, 0)):
+            src, dst = direction
+            r = tb.start(dst, ["/usr/bin/python3", script, "recv", "9000", "3"], stdout=subprocess.PIPE)
+            time.sleep(0.3)
+            s = tb.start(src, ["/usr/bin/python3", script, "send", tb.addr(dst), "9000", "3"])
+            out, _ = r.communicate(timeout=30)
+            s.wait(timeout=30)
+            got = float(out.decode().strip() or 0) * 8
+            print(f"p{src} -> p{dst}: {got / 1e6:.2f} Mbit/s of TCP payload, set {rate_bit / 1e6:.0f} Mbit/s "
+                  f"({(got / rate_bit - 1) * 100:+.1f}%)")
+            results.append(got)
+    check_nothing_left(prefix, before)
+    for got in results:
+        if abs(got / rate_bit - 1) > 0.15:
+            fail(f"throughput {got / 1e6:.2f} Mbit/s is not within 15% of {rate_bit / 1e6:.0f} Mbit/s")
+    print("PASS")
+
+
+def peer_rate(tb, k, build, out_dir, tag):
+    """(samples/s, the share of a core the process got: its CPU time over its wall time)."""
+    metrics = os.path.join(out_dir, f"{tag}.jsonl")
+    argv = [os.path.join(build, "peer", "rumor-peer"), "--listen", f"{tb.addr(k)}:7000", "--data", "synthetic",
+            "--model", "mlp:256,128", "--duration", "2", "--settle", "0", "--eval-every", "100000",
+            "--metrics", metrics]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    rc, _, err = tb.run(k, argv, timeout=60)  # nsenter execs rumor-peer: it is our child
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if rc != 0:
+        fail(f"rumor-peer exited {rc}: {err[-2000:]}")
+    done = [r for r in T.read_metrics(metrics) if r.get("event") == "done"]
+    if not done:
+        fail(f"no done line in {metrics}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done[-1]["samples_per_s"], cpu / wall
+
+
+def cpu(build):
+    """The uncapped peer's rate is scaled to a whole core by the share of a core it got (its CPU
+    time over its wall time): on a machine shared with other work an uncapped process gets
+    less than a core, and the cap is a share of a whole core."""
+    share = 0.4
+    prefix = f"rtb-cpu-{os.getpid()}"
+    before = root_links()
+    free, capped = [], []
+    with tempfile.TemporaryDirectory() as d, T.Testbed(prefix) as tb:
+        tb.add_peer(0, 125e6, None)
+        tb.add_peer(1, 125e6, share)
+        for i in range(3):
+            rate, got = peer_rate(tb, 0, build, d, f"free{i}")
+            free.append(rate / max(got, 1e-3))
+            c_rate, c_got = peer_rate(tb, 1, build, d, f"capped{i}")
+            capped.append(c_rate)
+            print(f"round {i}: uncapped {rate:.0f} samples/s on {got:.2f} of a core ({free[-1]:.0f} per core); "
+                  f"capped at {share}: {c_rate:.0f} samples/s on {c_got:.2f} of a core")
+    check_nothing_left(prefix, before)
+    ratio = statistics.median(capped) / statistics.median(free)
+    print(f"median capped / uncapped-per-core {ratio:.3f}, expected {share} ({(ratio / share - 1) * 100:+.1f}%)")
+    if abs(ratio / share - 1) > 0.20:
+        fail(f"capped/uncapped = {ratio:.3f} is not within 20% of the share {share}")
+    print("PASS")
+
+
+SCENARIO = """# tests/testbed/test_testbed.py swarm: two peers, 50 Mbit, half a core each
+[run]
+seed = 3
+peers = 2
+min_peers = 2
+settle = 2
+[workload]
+data = synthetic
+model = mlp:64
+epochs = 10
+[gossip]
+local_steps = 2
+[class.peer]
+count = 2
+bandwidth = 50Mbit
+cpu = 0.5
+"""
+
+
+def swarm(build):
+    before = root_links()
+    run_sh = os.path.join(ROOT, "examples", "testbed", "run.sh")
+    with tempfile.TemporaryDirectory() as d:
+        scn = os.path.join(d, "two.ini")
+        with open(scn, "w") as f:
+            f.write(SCENARIO)
+        prefix = f"rtb-swarm-{os.getpid()}"
+        out = os.path.join(d, "out")
+        t0 = time.time()
+        r = subprocess.run([run_sh, scn, "--out", out, "--build", build, "--prefix", prefix, "--timeout", "60",
+                            "--target", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        print(r.stdout)
+        print(f"run.sh took {time.time() - t0:.1f} s")
+        if r.returncode != 0:
+            fail(f"run.sh exited {r.returncode}")
+        check_nothing_left(prefix, before)
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        for p in summary["peers"]:
+            if not p["done"]:
+                fail(f"{p['id']} did not finish")
+            if not p["bytes_sent"] or p["bytes_sent"] < 4 * 4 * 64 * 64:
+                fail(f"{p['id']} sent {p['bytes_sent']} bytes: no exchange crossed the namespaces")
+            if p["test_acc"] is None or p["test_acc"] < 0.5:
+                fail(f"{p['id']} ended at accuracy {p['test_acc']}: it did not train")
+        # The peers really were in their namespaces: each log names its own address.
+        for k in range(2):
+            log = open(os.path.join(out, f"p{k}.log")).read()
+            if f"listening on 10.213.7.{10 + k}:7000" not in log:
+                fail(f"p{k}.log does not show it listening on 10.213.7.{10 + k}:7000")
+        # A run stopped by SIGTERM mid-way tears down too.
+        prefix2 = f"rtb-stop-{os.getpid()}"
+        p = subprocess.Popen([run_sh, scn, "--out", os.path.join(d, "out2"), "--build", build, "--prefix", prefix2,
+                              "--timeout", "60", "--set", "workload.epochs=100000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and not T.leftovers(prefix2):
+            time.sleep(0.1)
+        time.sleep(2)
+        if not T.leftovers(prefix2) or p.poll() is not None:
+            p.kill()
+            fail(f"the second run is not running with its namespaces: {p.communicate()[0]}")
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            fail("run.sh did not stop within 30 s of SIGTERM")
+        print(f"SIGTERM: run.sh exited {p.returncode}: {p.communicate()[0][-300:]}")
+        check_nothing_left(prefix2, before)
+    print("PASS")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("shaping", "cpu", "swarm"):
+        print(__doc__)
+        return 2
+    why = T.Testbed.refusal()
+    if why:
+        print(f"SKIPPED: cannot build a testbed here: {why}")
+        return T.SKIP
+    {"shaping": shaping, "cpu": cpu, "swarm": swarm}[sys.argv[1]](os.path.abspath(sys.argv[2]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
