@@ -172,7 +172,9 @@ TEST_CASE("swarm budget: 4 peers, one 4x slower, stop together on one model (--s
   CHECK(samples >= 60000);
   CHECK(samples <= 60000 * 1.1);
   const double fast = (steps[0] + steps[1] + steps[2]) / 3;
-  // About a quarter on an idle machine; the others share the cores (the throttled one sleeps), so
-  // only "clearly fewer" is asserted here (bench figures: issue 35).
-  CHECK(steps[3] < 0.6 * fast);
+  // With a budget per peer all four would take the same steps. Here the throttled one takes
+  // fewer: about half of the others' on a loaded 2-core machine (127 vs 273), 0.8 when CI shares
+  // the cores with more (the others are slowed by the contention, the throttled one sleeps), so
+  // only "fewer" is asserted (bench/HISTORY.md "A swarm-wide budget").
+  CHECK(steps[3] < fast);
 }
