@@ -266,6 +266,12 @@ bool Node::serve(double seconds, double max_seconds) {
   return take_delta();
 }
 
+void Node::training_done() {
+  check_process();
+  std::lock_guard<std::mutex> lk(mu_);
+  rt_->loop().gossip().set_done();
+}
+
 void Node::report(double test_acc, double loss, double epoch) {
   check_process();
   std::lock_guard<std::mutex> lk(mu_);

@@ -137,6 +137,9 @@ class Node final : public LoopModel {
   // One "eval" metrics line (what the Python loop measured, with the peer's counters), so that
   // examples/report.py summarises Python peers like C++ ones; the last one goes into "done".
   void report(double test_acc, double loss, double epoch);
+  // This peer will not train again: its digest says so (MemberDigest::done), so trainers pick
+  // others first and nobody's staleness bound waits for it (close() before its final serve()).
+  void training_done();
   std::map<std::string, double> stats();
   // Graceful leave (announce, hand the model over), then stop the network; returns within
   // about timeout_s. Idempotent.

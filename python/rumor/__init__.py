@@ -299,6 +299,8 @@ class Peer:
                       f"{self.settings.get('settle', KNOBS['settle']['default'])} s, up to settle_max while a "
                       "peer is still training; close(settle=False) skips it)")
             try:
+                # It will not train again: trainers pick others first while it settles (docs/python.md).
+                self._node.training_done()
                 (self._settle_hook or self.serve)()
             except Exception as e:  # noqa: BLE001 - a peer that cannot settle (diverged) still leaves
                 self._say(f"could not settle ({type(e).__name__}: {e}); leaving")

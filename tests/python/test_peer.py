@@ -240,6 +240,40 @@ def test_serve_keeps_going_while_a_peer_is_behind_up_to_max_seconds():
     b.peer.close(settle=False)
 
 
+def test_a_peer_that_closes_does_not_hold_back_one_still_training():
+    """close() settles, and says in its digest that this peer has finished training: a peer still
+    training with a staleness bound goes on stepping past its clock meanwhile instead of waiting
+    for it until it has left (as with a finished rumor-peer)."""
+    n = 100
+    a = RawPeer(n, 61, min_peers=2, wait_timeout=30, staleness=2, settle=4, settle_max=4)
+    b = RawPeer(n, 62, join=[a.address], min_peers=2, wait_timeout=30, staleness=2, settle=4, settle_max=4)
+    when = {}
+
+    def run_a():
+        a.join(10)
+        for _ in range(5):
+            a.step()
+        when["a_closing"] = time.monotonic()
+        a.peer.close()  # settles for 4 s (nobody is behind it), then leaves
+        when["a_left"] = time.monotonic()
+
+    def run_b():
+        b.join(10)
+        for _ in range(5):
+            b.step()
+        while "a_closing" not in when:
+            time.sleep(0.01)
+        for _ in range(30):  # far past a's clock (5) + TAU (2)
+            b.step()
+        when["b_30"] = time.monotonic()
+
+    run_threads([run_a, run_b], 60)
+    # b made its 30 steps while a was still settling, not after a had left.
+    assert when["b_30"] < when["a_left"], when
+    assert when["b_30"] - when["a_closing"] < 3.0, when
+    b.peer.close(settle=False)
+
+
 def test_a_joiner_gets_the_swarm_state_before_its_first_step():
     n = 500
     a = RawPeer(n, 31)
