@@ -110,6 +110,8 @@ class Peer:
                  seed=None, log_level="warning", name=None, metrics_listen=None, **knobs):
         # rumor-run's environment gives what the arguments leave out (docs/python.md "rumor-run").
         listen, join, name, metrics, knobs, self.shard = _from_launcher(listen, join, name, metrics, knobs)
+        if metrics_listen is None:
+            metrics_listen = os.environ.get("RUMOR_METRICS_LISTEN") or None  # rumor-run --metrics-port
         _check_host_port(listen, "listen", True)
         if metrics_listen is not None:
             _check_host_port(metrics_listen, "metrics_listen", True)

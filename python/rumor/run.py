@@ -15,6 +15,9 @@ them; a rumor-peer child gets the same values as flags, unless ARGS already give
     RUMOR_MIN_PEERS=N      only when this launch starts a new swarm: train once N are in view,
                            from a shared initialisation (--min-peers)
     RUMOR_METRICS=FILE     with --metrics-dir: DIR/pK.jsonl (--metrics)
+    RUMOR_METRICS_LISTEN=HOST:PORT  with --metrics-port BASE: its Prometheus endpoint and swarm
+                           page at BASE + i, i its place among this launch's peers (under srun
+                           BASE + SLURM_LOCALID x nproc + i) (--metrics-listen)
     RUMOR_RUN=1            a Python peer then takes SIGTERM as a graceful leave
 
 A new swarm's join list is its two founders, peers 1 and 2 (each in its own list: they join each
@@ -139,11 +142,14 @@ def plan(a, environ):
         join, min_peers = a.join, None  # a running swarm: take its model (no min_peers)
     else:
         join, min_peers = (founders if total >= 2 else []), total
+    # The HTTP endpoints: on the peers' host at --metrics-port + the peer's place on this node.
+    first_local = localid * a.nproc if slurm else 0
     peers = []
     for i, port in enumerate(ports):
         k = first + i + 1
+        metrics = _host_port(host, a.metrics_port + first_local + i) if a.metrics_port else None
         peers.append(dict(k=k, n=total, name=f"{a.name_prefix}{k}", listen=_host_port(host, port), join=join,
-                          min_peers=min_peers))
+                          min_peers=min_peers, metrics_listen=metrics))
     return peers
 
 
@@ -171,6 +177,8 @@ def command_for(a, peer, rumor_peer):
             extra.append(("--min-peers", str(peer["min_peers"])))
         if a.metrics_dir:
             extra.append(("--metrics", os.path.join(a.metrics_dir, peer["name"] + ".jsonl")))
+        if peer.get("metrics_listen"):
+            extra.append(("--metrics-listen", peer["metrics_listen"]))
         for flag, value in extra:
             if not _has_flag(args, flag):
                 cmd += [flag, value]
@@ -183,6 +191,9 @@ def environment_for(a, peer, base):
                RUMOR_JOIN=",".join(peer["join"]), RUMOR_RUN="1", PYTHONUNBUFFERED="1")
     env.pop("RUMOR_MIN_PEERS", None)
     env.pop("RUMOR_METRICS", None)
+    env.pop("RUMOR_METRICS_LISTEN", None)
+    if peer.get("metrics_listen"):
+        env["RUMOR_METRICS_LISTEN"] = peer["metrics_listen"]
     if peer["min_peers"] and peer["min_peers"] > 1:
         env["RUMOR_MIN_PEERS"] = str(peer["min_peers"])
     if a.metrics_dir:
@@ -280,7 +291,9 @@ def run(a, rumor_peer=None, environ=None):
         say(f"started {len(procs)} peer(s) {peers[0]['name']}..{peers[-1]['name']} of {peers[0]['n']}, "
             f"shards {peers[0]['k']}..{peers[-1]['k']}/{peers[0]['n']}, listening on "
             f"{','.join(p['listen'] for p in peers)}; join list {join}; "
-            f"{'pids ' + ' '.join(str(q.pid) for q, _ in procs)}")
+            + (f"metrics and swarm pages on {','.join(p['metrics_listen'] for p in peers)}; "
+               if peers[0].get("metrics_listen") else "")
+            + f"{'pids ' + ' '.join(str(q.pid) for q, _ in procs)}")
         return _watch(a, procs, stop, t0)
     finally:
         for s, h in old.items():
@@ -370,6 +383,10 @@ def parser():
     ap.add_argument("--name-prefix", default="p", metavar="P", help="peer K is named PK (default p)")
     ap.add_argument("--metrics-dir", default=None, metavar="DIR",
                     help="each peer writes its metrics to DIR/NAME.jsonl (RUMOR_METRICS, rumor-peer --metrics)")
+    ap.add_argument("--metrics-port", type=int, default=0, metavar="BASE",
+                    help="peer i serves /metrics (Prometheus) and its swarm page on the peers' host at BASE+i "
+                         "(under srun BASE + SLURM_LOCALID x nproc + i) (RUMOR_METRICS_LISTEN, rumor-peer "
+                         "--metrics-listen) (default: none)")
     ap.add_argument("--on-failure", choices=("continue", "stop"), default="continue",
                     help="when a peer fails: the others go on (default; the swarm drops the dead one) or are "
                          "stopped as torchrun does")

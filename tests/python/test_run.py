@@ -40,6 +40,23 @@ def script(tmp_path, body, name="s.py"):
     return str(f)
 
 
+def free_port_pair():
+    """A base port B with B and B+1 free on 127.0.0.1 (held while checked)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            base = a.getsockname()[1]
+            if base >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", base + 1))
+                except OSError:
+                    continue
+                return base
+    raise AssertionError("no two consecutive free ports")
+
+
 def lines_of(out, name):
     return [line[len(name) + 3:] for line in out.splitlines() if line.startswith(f"[{name}] ")]
 
@@ -240,3 +257,25 @@ def test_two_srun_tasks_on_one_node_form_one_swarm_of_native_peers(tmp_path):
         assert [r for r in rows if r["event"] == "done"][0]["steps"] == 100
         assert max(r["peers"] for r in rows if r["event"] == "eval") == 2
     assert f"join list 127.0.0.1:{base},127.0.0.1:{base + 1}" in results[0][1]
+
+
+def test_metrics_port_gives_each_peer_its_endpoint(tmp_path):
+    base = free_port_pair()
+    s = script(tmp_path, """
+        import os, urllib.request
+        import rumor
+        p = rumor.Peer()
+        p.bind("raw:test/p8/f32", 8)
+        print("endpoint", os.environ.get("RUMOR_METRICS_LISTEN"), p.metrics_address, flush=True)
+        body = urllib.request.urlopen("http://" + p.metrics_address + "/metrics", timeout=10).read().decode()
+        print("series", "rumor_steps_total" in body, flush=True)
+        p.close(settle=False)
+    """)
+    rc, out, err = launch(["--nproc", "2", "--metrics-port", str(base), s], timeout=60)
+    assert rc == 0, err
+    for k in (1, 2):
+        line = [x for x in lines_of(out, f"p{k}") if x.startswith("endpoint ")][0]
+        _, env, actual = line.split()
+        assert env == actual == f"127.0.0.1:{base + k - 1}", line
+        assert "series True" in lines_of(out, f"p{k}")
+    assert f"metrics and swarm pages on 127.0.0.1:{base},127.0.0.1:{base + 1}" in err
