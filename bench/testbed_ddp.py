@@ -20,7 +20,6 @@ test_acc, bytes_sent, samples_per_s) to --metrics, so the testbed's summary read
 bytes_sent is what the process wrote to its sockets and files (/proc/self/io wchar delta).
 """
 import argparse
-import gzip
 import json
 import math
 import os
@@ -32,20 +31,9 @@ T_START = time.time()
 import numpy as np  # noqa: E402
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
-
-
-def load(directory, stem):
-    for name in (stem + ".gz", stem):
-        p = os.path.join(directory, name)
-        if os.path.exists(p):
-            return read_idx(p)
-    raise FileNotFoundError(f"{directory}: no {stem}[.gz]")
+# Fashion-MNIST as examples/torch_quickstart.py reads it (numpy only at import).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from torch_quickstart import load  # noqa: E402
 
 
 def wchar():

@@ -125,39 +125,40 @@ bool Gossip::start_exchange(Partners partners) {
   // busy now is tried again at the next chance rather than passed over for a finished one).
   // A member whose last model we refused or clipped (bad input, --robust) counts as finished
   // here: picked only when no other is left, so that it cannot draw a peer's exchanges to itself
-  // by looking like the last one training. `training`: only members still training.
-  const auto usable = [&](const PeerId& id, const Member& m, bool training) {
+  // by looking like the last one training.
+  const auto preferred = [](const Member& m) { return !m.d.done && !m.screened; };
+  const auto usable = [&](const PeerId& id, const Member& m) {
     return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id) &&
-           (!training || (!m.d.done && !m.screened)) && (partners == Partners::Any || useful(m));
+           (partners == Partners::Any || useful(m));
   };
-  bool anyone_training = false;
-  for (const bool training : {true, false}) {
-    if (!training && anyone_training) break;
-    if (cfg_.neighbours.empty()) {
-      // Uniform over the usable Alive members. Most are usable, so a few random draws from
-      // the Alive list find one in O(1) even in a swarm of thousands; only when those all
-      // miss is the list scanned.
-      const auto& alive = view_.alive();
-      for (int tries = 0; training && tries < 8 && !alive.empty(); ++tries) {
-        const Member* m = alive[env_.rng().below(alive.size())];
-        if (usable(m->d.id, *m, true)) {
-          candidates.push_back(m->d.id);
-          break;
-        }
+  if (cfg_.neighbours.empty()) {
+    // Uniform over the usable Alive members. Most are usable, so a few random draws from the
+    // Alive list find one in O(1) even in a swarm of thousands; only when those all miss is
+    // the list scanned.
+    const auto& alive = view_.alive();
+    for (int tries = 0; tries < 8 && !alive.empty(); ++tries) {
+      const Member* m = alive[env_.rng().below(alive.size())];
+      if (preferred(*m) && usable(m->d.id, *m)) {
+        candidates.push_back(m->d.id);
+        break;
       }
-      if (candidates.empty())
-        for (const Member* m : alive) {
-          anyone_training = anyone_training || (!m->d.done && !m->screened);
-          if (usable(m->d.id, *m, training)) candidates.push_back(m->d.id);
-        }
+    }
+  }
+  if (candidates.empty()) {
+    std::vector<PeerId> finished;  // usable, but not preferred: taken only if nobody preferred is alive
+    bool anyone_preferred = false;
+    const auto consider = [&](const PeerId& id, const Member& m) {
+      if (m.d.state != MemberState::Alive) return;
+      anyone_preferred = anyone_preferred || preferred(m);
+      if (usable(id, m)) (preferred(m) ? candidates : finished).push_back(id);
+    };
+    if (cfg_.neighbours.empty()) {
+      for (const Member* m : view_.alive()) consider(m->d.id, *m);
     } else {
       for (const auto& id : cfg_.neighbours)
-        if (const Member* m = view_.find(id); m && m->d.state == MemberState::Alive) {
-          anyone_training = anyone_training || (!m->d.done && !m->screened);
-          if (usable(id, *m, training)) candidates.push_back(id);
-        }
+        if (const Member* m = view_.find(id)) consider(id, *m);
     }
-    if (!candidates.empty()) break;
+    if (candidates.empty() && !anyone_preferred) candidates = std::move(finished);
   }
   if (candidates.empty()) return false;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];

@@ -59,6 +59,10 @@ struct ScheduleConfig {
   double decay_fraction = 0.3;     // wsd: the part of total_steps that decays (in [0, 1])
 };
 
+// Cosine and wsd decay over a run (total_steps, or a swarm-wide budget's progress); the others
+// do not.
+inline bool schedule_decays(const std::string& kind) { return kind == "cosine" || kind == "wsd"; }
+
 // The learning rate for the step about to be taken (step counts from 0).
 double learning_rate(const ScheduleConfig& s, std::uint64_t step);
 // The same schedule following a run's progress in [0, 1] instead of steps out of total_steps

@@ -92,7 +92,7 @@ int Daemon::run() {
   tc.init_seed = cfg_.init_seed;
   tc.backend = backend;
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
-  if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "wsd") && tc.schedule.total_steps == 0)
+  if (schedule_decays(tc.schedule.kind) && tc.schedule.total_steps == 0)
     tc.schedule.total_steps =
         cfg_.loop.steps ? cfg_.loop.steps : static_cast<std::uint64_t>(std::ceil(cfg_.loop.epochs * steps_per_epoch));
   Trainer trainer(tc, shard, shard->dim, outputs);
@@ -173,7 +173,7 @@ int Daemon::run() {
   rt.start(resume_view);
 
   PeerLoop& loop = rt.loop();
-  const bool follow_swarm = loop.settings().swarm_samples > 0 && (cfg_.schedule.kind == "cosine" || cfg_.schedule.kind == "wsd");
+  const bool follow_swarm = loop.settings().swarm_samples > 0 && schedule_decays(cfg_.schedule.kind);
   if (loop.settings().swarm_samples)
     log_->info("swarm-wide budget: every peer stops when the swarm has processed {} samples{}", loop.settings().swarm_samples,
                follow_swarm ? "; the learning-rate schedule follows the swarm's progress" : "");

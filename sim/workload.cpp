@@ -100,7 +100,12 @@ class AveragingPeer final : public PeerModel {
 
 }  // namespace
 
-Workload::Workload(const Scenario& s, std::uint32_t ids) : s_(s), ids_(ids), root_(Rng(s.seed).fork(streams::kWorkload)) {
+Workload::Workload(const Scenario& s, std::uint32_t ids)
+    : s_(s),
+      ids_(ids),
+      follows_swarm_(s.workload == WorkloadKind::Model && (s.loop.swarm_samples > 0 || s.loop.swarm_epochs > 0) &&
+                     schedule_decays(s.schedule)),
+      root_(Rng(s.seed).fork(streams::kWorkload)) {
   if (s.loop.swarm_epochs > 0 && !s.loop.swarm_samples && s.workload != WorkloadKind::Model)
     throw std::invalid_argument("workload.swarm_epochs counts passes over a data set: it needs workload.kind = model "
                                 "(use workload.swarm_samples here: a quadratic peer's step is one sample)");
@@ -210,11 +215,6 @@ OptimizerConfig Workload::optimizer_config() const {
   return oc;
 }
 
-bool Workload::follows_swarm() const {
-  return s_.workload == WorkloadKind::Model && (s_.loop.swarm_samples > 0 || s_.loop.swarm_epochs > 0) &&
-         (s_.schedule == "cosine" || s_.schedule == "wsd");
-}
-
 ScheduleConfig Workload::schedule_config(std::uint32_t index) const {
   ScheduleConfig sc;
   sc.base_lr = s_.lr;
@@ -222,7 +222,7 @@ ScheduleConfig Workload::schedule_config(std::uint32_t index) const {
   sc.kind = s_.schedule;
   sc.warmup_steps = s_.warmup_steps;
   sc.decay_fraction = s_.decay_fraction;
-  if (s_.schedule == "cosine" || s_.schedule == "wsd") {
+  if (schedule_decays(s_.schedule)) {
     // rumor-peer's rule: decay over the run's steps (or epochs) unless told otherwise.
     const std::uint64_t per_epoch = (shard_rows(index) + s_.batch - 1) / s_.batch;
     sc.total_steps = s_.loop.steps ? s_.loop.steps : static_cast<std::uint64_t>(std::ceil(s_.loop.epochs * static_cast<double>(per_epoch)));

@@ -79,7 +79,7 @@ class Workload {
   // over it.
   std::uint64_t train_set_rows() const { return train_set_rows_; }
   // A swarm-wide budget with a decaying schedule: the schedule follows the swarm's progress.
-  bool follows_swarm() const;
+  bool follows_swarm() const { return follows_swarm_; }
   // The peers' optimizer and schedule (peer `index`'s), for an optimizer outside a PeerModel
   // (a parameter server's). The quadratic's peers run plain SGD: sgd without momentum.
   OptimizerConfig optimizer_config() const;
@@ -91,6 +91,7 @@ class Workload {
   std::size_t param_count_ = 0;
   std::string fingerprint_;
   std::uint64_t train_set_rows_ = 0;
+  bool follows_swarm_ = false;
   Rng root_;
   // model kind
   std::vector<std::shared_ptr<const Dataset>> shards_;
