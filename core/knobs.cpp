@@ -43,6 +43,10 @@ const Knob kKnobs[] = {
      "Stop every peer when the swarm as a whole has processed this many samples (replaces the epoch budget "
      "and swarm_epochs)",
      kNoPython, RUMOR_FIELD(swarm_samples)},
+    {"lr_follows_peers", "workload", T::Bool, 0, 0, nullptr, "", kTune,
+     "Scale the learning rate by the peers training now over the most seen (linear scaling): a peer "
+     "whose neighbours finished or died does not train on alone at n peers' rate",
+     kAll, RUMOR_FIELD(lr_follows_peers)},
     {"eval_every", "output", T::Count, 0, 1e15, nullptr, "steps", kStop,
      "Evaluate on the test set every STEPS local steps (0: once per epoch; always at the start and the end)",
      kNoPython, RUMOR_FIELD(eval_every), "output.eval_every_steps"},

@@ -101,6 +101,13 @@ bool PeerLoop::stop_rule() const {
   return false;
 }
 
+double PeerLoop::lr_scale() {
+  if (!s_.lr_follows_peers) return 1.0;
+  const std::size_t n = 1 + gossip_.view().live_trainers();
+  peak_trainers_ = std::max(peak_trainers_, n);
+  return static_cast<double>(n) / static_cast<double>(peak_trainers_);
+}
+
 bool PeerLoop::eval_due() const {
   if (s_.eval_every) return model_.steps() % s_.eval_every == 0;
   return model_.epochs_done() > 0 && model_.epochs_done() >= static_cast<double>(next_epoch_eval_) - 1e-9;

@@ -73,6 +73,13 @@ struct LoopSettings {
   std::uint64_t swarm_samples = 0;
   double swarm_epochs = 0;
   std::uint64_t train_set_rows = 0;  // not a knob: the rows of the whole training set
+  // The learning rate follows the number of peers whose gradients reach this model through
+  // averaging (ourselves and the live members still training): scaled by that number over the
+  // most this peer has seen while training, as the linear scaling rule scales it with the batch.
+  // A peer left alone by its neighbours otherwise trains on with a step size tuned for n peers'
+  // averaged gradient noise and loses points within tens of steps (docs/ARCHITECTURE.md,
+  // "A peer left alone"). PeerLoop::lr_scale; the driver multiplies its schedule's rate by it.
+  bool lr_follows_peers = true;
   // Evaluations (off in the Python module and in simulations without peer_evals): when
   // training begins (after any state transfer), every `eval_every` steps (0: at each whole
   // epoch), and once at the end.
@@ -208,6 +215,10 @@ class PeerLoop {
     return s_.swarm_samples ? std::min(1.0, static_cast<double>(gossip_.swarm_samples()) / static_cast<double>(s_.swarm_samples))
                             : NAN;
   }
+  // The factor the learning rate is multiplied by at this step (LoopSettings::lr_follows_peers):
+  // the peers training now, ourselves included, over the most seen while we trained; 1 when
+  // the setting is off. Call once per step, before it (it records the peak).
+  double lr_scale();
   // Exchanges completed, as initiator and as responder.
   std::uint64_t exchanges() const { return gossip_.stats().exchanges + gossip_.stats().answered; }
   // The time training took per exchange (H steps' worth of step time), at least `floor`;
@@ -266,6 +277,7 @@ class PeerLoop {
   double settle_interval_ = 0;  // the backed-off interval between settling exchanges (0: the tick)
   SettleDeadline settle_deadline_;
   bool final_eval_done_ = false;
+  std::size_t peak_trainers_ = 1;  // lr_scale
   int exit_code_ = 0;
 };
 

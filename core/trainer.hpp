@@ -97,8 +97,12 @@ class Trainer final : public LoopModel {
   // walking its own shard from the start.
   void adopt_step(std::uint64_t step) override { step_ = step; }
   double current_lr() const {
-    return std::isnan(progress_) ? learning_rate(cfg_.schedule, step_) : learning_rate_at_progress(cfg_.schedule, step_, progress_);
+    return lr_scale_ * (std::isnan(progress_) ? learning_rate(cfg_.schedule, step_)
+                                              : learning_rate_at_progress(cfg_.schedule, step_, progress_));
   }
+  // From now on the schedule's rate is multiplied by this (PeerLoop::lr_scale: the peers
+  // training now over the most seen).
+  void scale_lr(double factor) { lr_scale_ = factor; }
   // From now on the schedule follows this progress in [0, 1] (learning_rate_at_progress: a
   // swarm-wide budget) instead of steps out of total_steps; NaN: steps again.
   void follow_progress(double progress) { progress_ = progress; }
@@ -108,6 +112,7 @@ class Trainer final : public LoopModel {
 
  private:
   double progress_ = NAN;  // follow_progress
+  double lr_scale_ = 1.0;  // scale_lr
   TrainerConfig cfg_;
   std::shared_ptr<const Dataset> shard_;
   std::unique_ptr<Model> model_;

@@ -47,6 +47,7 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
       alive_.push_back(&added);
     }
     live_count_ += added.live();
+    live_trainers_ += added.live_trainer();
     others_samples_ += d.samples;
     return Change{d.id, std::nullopt, d.state};
   }
@@ -63,8 +64,10 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     others_samples_ += d.samples - m.d.samples;
     m.d.samples = d.samples;
   }
+  const bool trained = m.live_trainer();
   if (d.incarnation > m.d.incarnation) m.d.done = d.done;  // a new life: it may train again
   else if (d.incarnation == m.d.incarnation) m.d.done = m.d.done || d.done;
+  live_trainers_ = live_trainers_ - trained + m.live_trainer();  // (state_changed counts a new state)
   const MemberState before = m.d.state;
   bool take = d.incarnation > m.d.incarnation ||
               (d.incarnation == m.d.incarnation && severity(d.state) > severity(m.d.state));
@@ -95,6 +98,7 @@ std::optional<View::Change> View::set_state(const PeerId& id, MemberState s, dou
 void View::state_changed(Member& m, MemberState before) {
   const bool was_live = before == MemberState::Alive || before == MemberState::Suspect;
   live_count_ = live_count_ - was_live + m.live();
+  live_trainers_ = live_trainers_ - (was_live && !m.d.done) + m.live_trainer();
   const bool was_alive = before == MemberState::Alive, is_alive = m.d.state == MemberState::Alive;
   if (was_alive && !is_alive) {
     // Swap-remove: O(1), and the resulting order is still a function of the merge history.

@@ -61,6 +61,7 @@ struct Member {
   // when no other is left (Gossip::start_exchange).
   bool screened = false;
   bool live() const { return d.state == MemberState::Alive || d.state == MemberState::Suspect; }
+  bool live_trainer() const { return live() && !d.done; }
 };
 
 class View {
@@ -92,6 +93,9 @@ class View {
   const std::map<PeerId, Member>& members() const { return members_; }
   std::vector<PeerId> live_ids() const;
   std::size_t live_count() const { return live_count_; }  // Alive or Suspect, excluding ourselves
+  // The live members that have not said they finished training (excluding ourselves): how many
+  // peers' gradients reach our model through averaging (PeerLoop::lr_scale).
+  std::size_t live_trainers() const { return live_trainers_; }
   // The samples of every member we have heard of, in any state (those that left or died
   // included: their work is in the swarm's models), each counted once at the largest count
   // heard: excluding ourselves.
@@ -111,6 +115,7 @@ class View {
   std::vector<Member*> all_;          // every member, in the order learnt (map nodes never move)
   std::vector<Member*> alive_;        // the Alive ones; Member::alive_pos indexes it
   std::size_t live_count_ = 0;
+  std::size_t live_trainers_ = 0;
   std::uint64_t others_samples_ = 0;
 };
 

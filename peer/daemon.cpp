@@ -174,6 +174,7 @@ int Daemon::run() {
 
   PeerLoop& loop = rt.loop();
   const bool follow_swarm = loop.settings().swarm_samples > 0 && schedule_decays(cfg_.schedule.kind);
+  double lr_factor = 1.0;  // PeerLoop::lr_scale, as last applied
   if (loop.settings().swarm_samples)
     log_->info("swarm-wide budget: every peer stops when the swarm has processed {} samples{}", loop.settings().swarm_samples,
                follow_swarm ? "; the learning-rate schedule follows the swarm's progress" : "");
@@ -219,6 +220,13 @@ int Daemon::run() {
         // A swarm-wide budget: a decaying schedule without its own --lr-total-steps anneals with
         // the swarm's progress, so a slow peer decays with the others rather than by its steps.
         if (follow_swarm) trainer.follow_progress(loop.swarm_progress());
+        if (const double f = loop.lr_scale(); f != lr_factor) {
+          log_->info("learning rate x{:.3g}: {} peer(s) training now, of the {} seen (--lr-follows-peers)", f,
+                     loop.gossip().view().live_trainers() + 1,
+                     static_cast<long>(std::lround(static_cast<double>(loop.gossip().view().live_trainers() + 1) / f)));
+          lr_factor = f;
+          trainer.scale_lr(f);
+        }
         const auto t0 = Clock::now();
         const double loss = trainer.compute_gradient();
         rt.drain();  // answer exchanges that arrived during forward/backward without waiting a step

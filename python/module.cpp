@@ -130,6 +130,7 @@ PYBIND11_MODULE(_rumor, m) {
       .def("report", &Node::report, py::arg("test_acc"), py::arg("loss"), py::arg("epoch"))
       .def("training_done", &Node::training_done)
       .def("stats", &Node::stats)
+      .def("lr_scale", &Node::lr_scale)
       .def("close", &Node::close, py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
       .def("closed", &Node::closed);
 

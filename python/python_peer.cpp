@@ -301,7 +301,14 @@ std::map<std::string, double> Node::stats() {
   // The swarm's samples as this peer knows them (every member's count in the digests, leavers'
   // included): a loop of yours with a swarm-wide budget stops when it reaches its target.
   s["swarm_samples"] = static_cast<double>(rt_->loop().gossip().swarm_samples());
+  // Members still training, ourselves included (what lr_scale() counts).
+  s["trainers"] = static_cast<double>(rt_->loop().gossip().view().live_trainers() + 1);
   return s;
+}
+
+double Node::lr_scale() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return rt_->loop().lr_scale();
 }
 
 void Node::close(double timeout_s) {

@@ -141,6 +141,9 @@ class Node final : public LoopModel {
   // others first and nobody's staleness bound waits for it (close() before its final serve()).
   void training_done();
   std::map<std::string, double> stats();
+  // The factor for the learning rate of the step about to be taken (PeerLoop::lr_scale: the
+  // peers training now over the most seen; 1 with lr_follows_peers off). Once per step.
+  double lr_scale();
   // Graceful leave (announce, hand the model over), then stop the network; returns within
   // about timeout_s. Idempotent.
   void close(double timeout_s);

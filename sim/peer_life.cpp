@@ -178,6 +178,8 @@ void Simulation::Impl::step_mid(Peer& p) {
 void Simulation::Impl::step_end(Peer& p) {
   // A swarm-wide budget: a decaying schedule anneals with the swarm's progress (as rumor-peer's).
   if (work->follows_swarm()) p.model->follow_progress(p.loop->swarm_progress());
+  // Fewer peers training than this one has seen: a smaller step (LoopSettings::lr_follows_peers).
+  p.model->scale_lr(p.loop->lr_scale());
   p.model->apply_gradient();
   ++totals.steps;
   p.stepping = false;

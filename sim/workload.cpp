@@ -28,6 +28,7 @@ class TrainerPeer final : public PeerModel {
   double epochs_done() const override { return t_.epochs_done(); }
   void adopt_step(std::uint64_t step) override { t_.adopt_step(step); }
   void follow_progress(double p) override { t_.follow_progress(p); }
+  void scale_lr(double f) override { t_.scale_lr(f); }
   void get_gradient(std::vector<double>& g) const override {
     const auto src = const_cast<Trainer&>(t_).gradient();
     g.assign(src.begin(), src.end());
@@ -58,13 +59,15 @@ class QuadraticPeer final : public PeerModel {
     return f;
   }
   void apply_gradient() override {
-    for (std::size_t j = 0; j < x_.size(); ++j) x_[j] = static_cast<float>(x_[j] - lr_ * g_[j]);
+    const double lr = lr_ * scale_;
+    for (std::size_t j = 0; j < x_.size(); ++j) x_[j] = static_cast<float>(x_[j] - lr * g_[j]);
     ++steps_;
   }
   std::uint64_t steps() const override { return steps_; }
   std::uint64_t samples() const override { return steps_; }
   double epochs_done() const override { return 0; }
   void adopt_step(std::uint64_t step) override { steps_ = step; }
+  void scale_lr(double f) override { scale_ = f; }
   void get_gradient(std::vector<double>& g) const override { g = g_; }
   void set_gradient(std::span<const double> g) override {
     RUMOR_CHECK(g.size() == g_.size());
@@ -78,6 +81,7 @@ class QuadraticPeer final : public PeerModel {
   std::vector<double> g_;
   Rng noise_;
   std::uint64_t steps_ = 0;
+  double scale_ = 1.0;  // scale_lr
 };
 
 // Training off: parameters that only mixing changes.

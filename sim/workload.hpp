@@ -48,6 +48,8 @@ class PeerModel {
   virtual void set_gradient(std::span<const double> g) = 0;
   // The schedule follows this progress of a swarm-wide budget (Trainer::follow_progress).
   virtual void follow_progress(double) {}
+  // The schedule's rate is multiplied by this (PeerLoop::lr_scale).
+  virtual void scale_lr(double) {}
 };
 
 class Workload {

@@ -100,6 +100,12 @@ class Peer:
     seed         seeds the protocol's random choices (None: from the address).
     log_level    spdlog level of the peer's stderr log ("warning" by default: quiet).
     name         the peer's name in log lines.
+    swarm_epochs a swarm-wide budget (as rumor-peer --swarm-epochs): your loop stops when the
+                 swarm as a whole has processed this many passes over the whole training set of
+                 `train_set_size` rows (all shards together); `peer.done` says when, and
+                 `peer.swarm_progress` how far it is (for a schedule that anneals with the swarm).
+    swarm_samples the same budget in samples (replaces swarm_epochs).
+    train_set_size rows of the whole training set (needed by swarm_epochs).
     **knobs      any of the loop's settings, by the names of rumor-peer's flags with '_' for '-'
                  (local_steps=8 is --local-steps 8), with the same defaults and checks: the list
                  below (rumor.KNOBS; docs/flags.md). min_peers: peers starting a swarm together
@@ -107,7 +113,8 @@ class Peer:
     """
 
     def __init__(self, listen=None, join=None, swarm_key=None, metrics=None, wait_timeout=60.0,
-                 seed=None, log_level="warning", name=None, metrics_listen=None, **knobs):
+                 seed=None, log_level="warning", name=None, metrics_listen=None, swarm_epochs=None,
+                 swarm_samples=None, train_set_size=None, **knobs):
         # rumor-run's environment gives what the arguments leave out (docs/python.md "rumor-run").
         listen, join, name, metrics, knobs, self.shard = _from_launcher(listen, join, name, metrics, knobs)
         if metrics_listen is None:
@@ -142,7 +149,70 @@ class Peer:
         self._trained = False  # steps since the last serve(): close() settles first
         self._settle_hook = None  # rumor.torch: serve() and apply the mix to the live parameters
         self.fingerprint = None
+        self._swarm_target = None  # samples (set_swarm_budget)
+        self._lr_scale = 1.0
+        if swarm_epochs is not None or swarm_samples is not None:
+            self.set_swarm_budget(swarm_epochs, swarm_samples, train_set_size)
         _leave_on_sigterm()
+
+    # -- the swarm-wide budget -----------------------------------------------------------------
+    def set_swarm_budget(self, swarm_epochs=None, swarm_samples=None, train_set_size=None):
+        """Sets the swarm-wide budget (Peer(swarm_epochs=...) does it; GossipOptimizer(swarm_epochs=
+        ...) too): swarm_samples, or swarm_epochs passes over a training set of train_set_size
+        rows. Returns the budget in samples."""
+        if swarm_samples is not None:
+            if isinstance(swarm_samples, bool) or not int(swarm_samples) >= 1:
+                raise ValueError(f"swarm_samples {swarm_samples!r}: expected a number of samples >= 1")
+            target = int(swarm_samples)
+        elif swarm_epochs is not None:
+            if not float(swarm_epochs) > 0:
+                raise ValueError(f"swarm_epochs {swarm_epochs!r}: expected passes > 0")
+            if train_set_size is None or isinstance(train_set_size, bool) or not int(train_set_size) >= 1:
+                raise ValueError("swarm_epochs needs train_set_size: the rows of the whole training set (all "
+                                 "shards together), e.g. train_set_size=len(train_dataset)")
+            target = math.ceil(float(swarm_epochs) * int(train_set_size))
+        else:
+            raise ValueError("set_swarm_budget: give swarm_epochs (with train_set_size) or swarm_samples")
+        if self._swarm_target is not None and self._swarm_target != target:
+            raise ValueError(f"this peer already has a swarm-wide budget of {self._swarm_target} samples, "
+                             f"not {target}")
+        self._swarm_target = target
+        return target
+
+    @property
+    def swarm_target(self):
+        """The swarm-wide budget in samples, or None without one."""
+        return self._swarm_target
+
+    @property
+    def swarm_progress(self):
+        """The swarm's progress towards its budget in [0, 1] (the samples every member has
+        processed, as this peer knows them, leavers included, over the budget), or None without a
+        budget. A learning-rate schedule can follow it instead of local steps, so that a slow peer
+        anneals with the swarm (docs/python.md)."""
+        if self._swarm_target is None:
+            return None
+        return min(1.0, self._bound().stats()["swarm_samples"] / self._swarm_target)
+
+    @property
+    def done(self):
+        """True once the swarm as a whole has processed the budget (False without one): stop
+        training, as every rumor-peer with --swarm-samples does at the same point."""
+        return self._swarm_target is not None and self._bound().stats()["swarm_samples"] >= self._swarm_target
+
+    def lr_scale(self):
+        """The factor for the learning rate of the step about to be taken: the peers training now
+        (ourselves included) over the most this peer has seen while training (1 with
+        lr_follows_peers=False). A peer whose neighbours finished or died trains on at a
+        proportionally smaller rate instead of losing the averaging's noise reduction
+        (docs/python.md, "A peer left alone"). Call it once per step; GossipOptimizer does."""
+        f = self._bound().lr_scale()
+        if f != self._lr_scale:
+            n = self._bound().stats()["trainers"]
+            self._say(f"learning rate x{f:.3g}: {int(n)} peer(s) training now, of the {round(n / f)} seen "
+                      "(lr_follows_peers)")
+            self._lr_scale = f
+        return f
 
     @classmethod
     def from_env(cls, **kwargs):

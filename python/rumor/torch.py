@@ -504,10 +504,17 @@ class GossipOptimizer(torch.optim.Optimizer):
                moments and step) and of the added schedulers' state to the peer, which sends the
                last one to a joiner that takes its model from us; 0 or None: never (joiners then
                start their optimizer fresh).
+    swarm_epochs, swarm_samples, train_set_size  a swarm-wide budget, as rumor.Peer's: `.done`
+               says when the swarm as a whole has processed it (stop then), `.swarm_progress` how
+               far it is.
+
+    The learning rate of each step is the param groups' (your schedulers') times
+    peer.lr_scale(): the peers training now over the most seen (lr_follows_peers, on by default),
+    so that a peer whose neighbours finished or died does not train on alone at n peers' rate.
     """
 
     def __init__(self, optimizer, peer, model=None, loss="ce", fingerprint="auto", samples_per_step=None,
-                 share_state_every=1.0):
+                 share_state_every=1.0, swarm_epochs=None, swarm_samples=None, train_set_size=None):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer")
         if isinstance(optimizer, GossipOptimizer):
@@ -531,6 +538,8 @@ class GossipOptimizer(torch.optim.Optimizer):
                       "_optimizer_load_state_dict_post_hooks"):
             setattr(self, hooks, collections.OrderedDict())
         self._zero_grad_profile_name = f"Optimizer.zero_grad#{type(self).__name__}.zero_grad"
+        if swarm_epochs is not None or swarm_samples is not None:
+            peer.set_swarm_budget(swarm_epochs, swarm_samples, train_set_size)
         self._sync = _Sync(peer, layout, model, samples_per_step)
         self.peer = peer
         self.layout = layout
@@ -644,7 +653,18 @@ class GossipOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._sync.before_update()
-        out = self.optimizer.step()
+        scale = self.peer.lr_scale()
+        if scale != 1.0:  # the groups' own rates stay as the schedulers set them
+            rates = [g["lr"] for g in self.optimizer.param_groups]
+            for g in self.optimizer.param_groups:
+                g["lr"] = g["lr"] * scale
+            try:
+                out = self.optimizer.step()
+            finally:
+                for g, lr in zip(self.optimizer.param_groups, rates):
+                    g["lr"] = lr
+        else:
+            out = self.optimizer.step()
         self._sync.after_update(loss, samples)
         self._stepped = True
         if self._share_every:
@@ -652,6 +672,16 @@ class GossipOptimizer(torch.optim.Optimizer):
             self._maybe_publish()
             self._sync.rumor_seconds += time.perf_counter() - t0
         return loss if closure is not None else out
+
+    @property
+    def done(self):
+        """True once the swarm-wide budget is reached (rumor.Peer.done); False without one."""
+        return self.peer.done
+
+    @property
+    def swarm_progress(self):
+        """The swarm's progress towards its budget in [0, 1] (rumor.Peer.swarm_progress)."""
+        return self.peer.swarm_progress
 
     def serve(self, seconds=None, max_seconds=None):
         """Answers the swarm for `seconds` (up to max_seconds while a peer is still training)
@@ -811,6 +841,8 @@ class ParamAverager:
             model = list(model)
             layout = ModelLayout(None, model, loss, fingerprint)
             model = None
+        if swarm_epochs is not None or swarm_samples is not None:
+            peer.set_swarm_budget(swarm_epochs, swarm_samples, train_set_size)
         self._sync = _Sync(peer, layout, model, samples_per_step)
         self.peer = peer
         self.layout = layout
@@ -823,6 +855,16 @@ class ParamAverager:
         in, start an exchange when due, wait if the staleness bound says so."""
         self._sync.before_update()
         self._sync.after_update(loss, samples)
+
+    @property
+    def done(self):
+        """True once the swarm-wide budget is reached (rumor.Peer.done); False without one."""
+        return self.peer.done
+
+    @property
+    def swarm_progress(self):
+        """The swarm's progress towards its budget in [0, 1] (rumor.Peer.swarm_progress)."""
+        return self.peer.swarm_progress
 
     def serve(self, seconds=None, max_seconds=None):
         """Answers the swarm for `seconds` without training (see rumor.Peer.serve)."""

@@ -463,3 +463,79 @@ def test_every_loop_knob_is_a_keyword_with_the_flags_default_and_checks():
     with rumor.Peer(local_steps=4, staleness=math.inf, robust=True, settle="250ms", exchange_timeout=2) as p:
         p.bind(fingerprint(4), 4)
         assert p.stats()["peers"] == 1
+
+
+def test_a_swarm_wide_budget_stops_peers_of_different_speeds_together():
+    """swarm_samples: each loop stops at peer.done, when the swarm as a whole has processed the
+    budget (the counts travel in the digests): the fast peer does more steps, both stop at about
+    the same time, and the swarm does not overshoot the budget by much."""
+    n, budget = 50, 400
+    a = RawPeer(n, 71, min_peers=2, swarm_samples=budget)
+    b = RawPeer(n, 72, join=[a.address], min_peers=2, swarm_samples=budget)
+    assert a.peer.swarm_target == budget and a.peer.swarm_progress is not None
+    stopped = {}
+
+    def run(p, name, pause):
+        p.join(10)
+        while not p.peer.done:
+            p.step()
+            time.sleep(pause)
+        stopped[name] = time.monotonic()
+
+    run_threads([lambda: run(a, "a", 0.002), lambda: run(b, "b", 0.008)], 60)
+    assert a.peer.done and b.peer.done and a.peer.swarm_progress == 1.0
+    assert budget <= a.steps + b.steps <= budget * 1.15, (a.steps, b.steps)
+    assert a.steps > 2 * b.steps, (a.steps, b.steps)  # about 4x: it steps about 4x as fast
+    assert abs(stopped["a"] - stopped["b"]) < 1.0, stopped
+    for p in (a, b):
+        p.peer.close(settle=False)
+
+
+def test_a_swarm_wide_budget_in_epochs_needs_the_training_set_size():
+    with pytest.raises(ValueError, match="train_set_size"):
+        rumor.Peer(swarm_epochs=2)
+    with pytest.raises(ValueError, match="swarm_epochs"):
+        rumor.Peer(swarm_epochs=0, train_set_size=100)
+    p = rumor.Peer(swarm_epochs=1.5, train_set_size=1001)
+    assert p.swarm_target == 1502  # ceil(1.5 x 1001)
+    with pytest.raises(ValueError, match="already has a swarm-wide budget"):
+        p.set_swarm_budget(swarm_samples=7)
+    p.close()
+
+
+def test_the_learning_rate_follows_the_peers_still_training(capfd):
+    """lr_scale(): 1 while all the peers train; once two of three have left, the last one's
+    factor is 1/3 (and it says so on stderr); lr_follows_peers=False keeps 1."""
+    n = 50
+    a = RawPeer(n, 81, min_peers=3, name="a")
+    b = RawPeer(n, 82, join=[a.address], min_peers=3, name="b")
+    c = RawPeer(n, 83, join=[a.address], min_peers=3, name="c")
+    d = RawPeer(n, 84, join=[a.address], name="d", lr_follows_peers=False)
+    scales = {}
+
+    def train(p, k):
+        p.join(10)
+        for _ in range(k):
+            p.step()
+            time.sleep(0.005)
+
+    run_threads([lambda: train(a, 20), lambda: train(b, 20), lambda: train(c, 20), lambda: train(d, 20)], 60)
+    scales["together"] = c.peer.lr_scale()
+    assert scales["together"] == 1.0
+    a.peer.close(settle=False)
+    b.peer.close(settle=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and c.peer.lr_scale() > 0.5:
+        c.step()
+        d.step()
+        time.sleep(0.01)
+    assert c.peer.lr_scale() == pytest.approx(2 / 4)  # c and d train, of the 4 seen
+    assert d.peer.lr_scale() == 1.0  # lr_follows_peers=False
+    d.peer.close(settle=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and c.peer.lr_scale() > 0.3:
+        c.step()
+        time.sleep(0.01)
+    assert c.peer.lr_scale() == pytest.approx(1 / 4)
+    assert "learning rate x0.25: 1 peer(s) training now, of the 4 seen" in capfd.readouterr().err
+    c.peer.close(settle=False)

@@ -4,6 +4,7 @@ context manager (join, settle, leave), ShardSampler, a schedule that travels to 
 stats() as ints."""
 import io
 import threading
+import time
 
 import pytest
 
@@ -192,3 +193,52 @@ def test_a_joiner_continues_the_swarms_schedule():
     finally:
         joiner.close(settle=False)
         src.close(settle=False)
+
+
+def test_the_optimizer_steps_at_the_rate_times_the_peers_still_training():
+    """GossipOptimizer multiplies the groups' rate by peer.lr_scale() for the step and leaves the
+    groups' own rate (what schedulers set) as it was: alone after its neighbour left, a plain
+    SGD step moves the parameters by lr/2 x the gradient."""
+    ma, x, y = model_and_data(3)
+    mb = model_and_data(3)[0]
+    a = rumor.Peer(seed=21, settle=0, min_peers=2)
+    oa = rt.GossipOptimizer(torch.optim.SGD(ma.parameters(), lr=0.1), a, model=ma)
+    b = rumor.Peer(seed=22, settle=0, min_peers=2, join=[a.address])
+    ob = rt.GossipOptimizer(torch.optim.SGD(mb.parameters(), lr=0.1), b, model=mb)
+    run_threads([lambda: (oa.join(10), steps(oa, ma, x, y, 5)), lambda: (ob.join(10), steps(ob, mb, x, y, 5))], 60)
+    ob.close(settle=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and a.stats()["trainers"] > 1:
+        time.sleep(0.05)
+    assert a.stats()["trainers"] == 1
+    oa.zero_grad()
+    nn.functional.cross_entropy(ma(x), y).backward()
+    before = [p.detach().clone() for p in ma.parameters()]
+    grads = [p.grad.detach().clone() for p in ma.parameters()]
+    oa.step()
+    for p0, g, p1 in zip(before, grads, ma.parameters()):
+        assert torch.allclose(p1.detach(), p0 - 0.05 * g, atol=1e-6)
+    assert oa.param_groups[0]["lr"] == 0.1
+    oa.close(settle=False)
+
+
+def test_a_swarm_budget_ends_the_loop_and_a_schedule_can_follow_it():
+    """GossipOptimizer(swarm_samples=...): `while not opt.done` ends once the swarm (here one
+    peer, 24 samples a step) has processed the budget, and a LambdaLR on opt.swarm_progress (the
+    docs' wsd recipe) decays the rate with it."""
+    m, x, y = model_and_data(4)
+    with rumor.Peer(seed=31, settle=0) as peer:
+        opt = rt.GossipOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), peer, model=m, swarm_epochs=2,
+                                 train_set_size=240)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: min(1.0, (1 - opt.swarm_progress) / 0.3))
+        opt.join(5)
+        rates, n = [], 0
+        while not opt.done and n < 100:
+            steps(opt, m, x, y, 1)
+            sched.step()
+            rates.append(opt.param_groups[0]["lr"])
+            n += 1
+        assert n == 20  # 480 samples at 24 a step
+        assert opt.swarm_progress == 1.0 and peer.stats()["swarm_samples"] == 480
+        assert rates[:13] == pytest.approx([0.1] * 13)  # held for 70% of the budget
+        assert rates[15] == pytest.approx(0.1 * (1 - 16 / 20) / 0.3) and rates[-1] == 0.0
