@@ -85,6 +85,16 @@ def first_at_target(path, target):
     return dict(hit, t=hit["t"] - t0) if hit else None
 
 
+def after_best(path):
+    """The best evaluation of a metrics file, and how far below it the lowest one after it fell
+    (points of accuracy, as a fraction): a peer that degrades once it is left alone shows here."""
+    ev = [e["test_acc"] for e in evals(path)]
+    if not ev:
+        return math.nan, math.nan
+    k = max(range(len(ev)), key=lambda i: ev[i])
+    return ev[k], ev[k] - min(ev[k:])
+
+
 def reference(a):
     """Single process, whole training set: the quickstart's worker with one shard of one."""
     out, wall = run([sys.executable, QUICKSTART, "--worker", "--plain", "--peers", "1", "--shard", "1",
@@ -121,6 +131,9 @@ def main():
                     help="wsd: the part of the steps over which the rate decays to 0")
     ap.add_argument("--mix-weight", choices=("uniform", "samples"), default=None,
                     help="the swarm's averaging weights (default: the quickstart's, samples)")
+    ap.add_argument("--swarm-epochs", type=float, default=0,
+                    help="the race's swarm: a swarm-wide budget of this many passes instead of --epochs per peer "
+                         "(DDP still runs --epochs)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--only", default="accuracy,overhead,ddp")
     a = ap.parse_args()
@@ -174,7 +187,9 @@ def main():
         races = []
         for r in range(a.repeats):
             d = os.path.join(a.out, f"race{r}")
-            sw = swarm(a, d, ["--eval-every", str(a.eval_every), "--eval-peers", "1"], a.timeout)
+            sw = swarm(a, d, ["--eval-every", str(a.eval_every), "--eval-peers", "1"]
+                       + (["--swarm-epochs", str(a.swarm_epochs)] if a.swarm_epochs else []), a.timeout)
+            best, fall = after_best(os.path.join(d, "p1.jsonl"))
             hit = first_at_target(os.path.join(d, "p1.jsonl"), a.target)
             out, _ = run([sys.executable, os.path.join(HERE, "ddp_fmnist.py"), "--model", "cnn", "--world",
                           str(a.peers), "--epochs", str(a.epochs), "--target", str(a.target), "--eval-every",
@@ -186,19 +201,27 @@ def main():
                     "ddp_step_at_target": int(ddp["ddp_step_at_target"]),
                     "ddp_time_to_target_train_s": float(ddp["ddp_time_to_target_train_s"]),
                     "ddp_final_acc": float(ddp["ddp_final_acc"]),
-                    "rumor_final_acc": [sw[f"p{k}"]["test_acc"] for k in range(1, a.peers + 1)]}
+                    "rumor_final_acc": [sw[f"p{k}"]["test_acc"] for k in range(1, a.peers + 1)],
+                    "rumor_steps": [sw[f"p{k}"]["steps"] for k in range(1, a.peers + 1)],
+                    "rumor_p1_best": best, "rumor_p1_fall_after_best": fall}
             race["ratio"] = race["rumor_p1_time_to_target_s"] / race["ddp_time_to_target_s"]
             races.append(race)
             print(f"race {r}: time to {a.target}: Rumor p1 {race['rumor_p1_time_to_target_s']:.1f} s (its step "
                   f"{race['rumor_p1_step_at_target']}), DDP gloo {a.peers} processes {race['ddp_time_to_target_s']:.1f} s "
                   f"(step {race['ddp_step_at_target']}; training only {race['ddp_time_to_target_train_s']:.1f} s; "
                   f"final acc {race['ddp_final_acc']:.4f}): ratio {race['ratio']:.2f}; the swarm's final test_acc "
-                  f"{' '.join(f'{x:.4f}' for x in race['rumor_final_acc'])}", flush=True)
+                  f"{' '.join(f'{x:.4f}' for x in race['rumor_final_acc'])} (steps "
+                  f"{' '.join(f'{x:.0f}' for x in race['rumor_steps'])}); p1's best {best:.4f}, lowest after it "
+                  f"{100 * fall:.2f} points below", flush=True)
         res["race"] = races
         med_r = statistics.median(x["rumor_p1_time_to_target_s"] for x in races)
         med_d = statistics.median(x["ddp_time_to_target_s"] for x in races)
         print(f"time to {a.target}: Rumor {med_r:.1f} s, DDP {med_d:.1f} s (medians of {len(races)}); median ratio "
               f"{statistics.median(x['ratio'] for x in races):.2f} (target <= 1)", flush=True)
+        spread = max(max(x["rumor_final_acc"]) - min(x["rumor_final_acc"]) for x in races)
+        fall = max(x["rumor_p1_fall_after_best"] for x in races)
+        print(f"p1 (evaluating, the slowest): final accuracies at most {spread:.4f} apart (target <= 0.005); its "
+              f"evaluations at most {100 * fall:.2f} points below its best after it (target <= 1)", flush=True)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(f"wrote {os.path.join(a.out, 'results.json')}")

@@ -95,6 +95,21 @@ def lr_scheduler(optimizer, kind, total, decay_fraction=0.3):
     raise ValueError(f"unknown learning-rate schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
 
 
+def swarm_lr_scheduler(optimizer, gossip, kind, decay_fraction=0.3):
+    """lr_scheduler's schedules over the swarm's progress towards a swarm-wide budget
+    (gossip.swarm_progress, in [0, 1]) instead of this peer's steps, so that a slow peer anneals
+    with the swarm; rumor-peer --swarm-epochs does the same."""
+    import torch
+    if kind == "constant":
+        return None
+    if kind == "cosine":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 0.5 * (1 + math.cos(math.pi * gossip.swarm_progress)))
+    if kind == "wsd":
+        d = max(1e-9, decay_fraction)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: min(1.0, (1 - gossip.swarm_progress) / d))
+    raise ValueError(f"unknown learning-rate schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
+
+
 def evaluate(model, x, y):
     import torch
     model.eval()
@@ -123,6 +138,7 @@ def worker(a):
     if a.eval_every >= 0 and a.shard > a.eval_peers:
         a.eval_every = -1  # only peers 1..--eval-peers evaluate during training
     xtr, ytr, xte, yte = fashion_mnist(a.data)
+    train_set_size = len(xtr)
     rows = torch.from_numpy(shard(len(xtr), a.shard, a.peers, a.seed))
     xtr, ytr = xtr[rows], ytr[rows]
     torch.manual_seed(a.seed)  # the same initial model on every peer (they start together)
@@ -141,7 +157,8 @@ def worker(a):
         more = {} if a.min_peers is None else {"min_peers": a.min_peers}
         peer = rumor.Peer(join=a.join, local_steps=a.local_steps, staleness=a.staleness, codec=a.codec,
                           mix_weight=a.mix_weight, metrics=a.metrics, name=a.name, log_level="info", **more)
-        opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch)
+        budget = {} if not a.swarm_epochs else {"swarm_epochs": a.swarm_epochs, "train_set_size": train_set_size}
+        opt = rumor.torch.GossipOptimizer(inner, peer, model=model, samples_per_step=a.batch, **budget)
         report = opt.report
         print("listening on", peer.address, flush=True)
         opt.join(timeout=120)
@@ -150,7 +167,14 @@ def worker(a):
     total = a.steps or a.epochs * steps_per_epoch
     # A learning-rate schedule drives the inner optimizer, as in any torch loop: GossipOptimizer
     # steps it and reads its param_groups (torch's schedulers take only a torch.optim.Optimizer).
-    sched = lr_scheduler(inner, a.lr_schedule, total, a.decay_fraction)
+    swarm_budget = peer is not None and a.swarm_epochs > 0
+    if swarm_budget:
+        # A swarm-wide budget: train until the swarm as a whole has done --swarm-epochs passes
+        # (fast peers do more steps), the schedule following the swarm's progress, not our steps.
+        total = 1 << 62
+        sched = swarm_lr_scheduler(inner, opt, a.lr_schedule, a.decay_fraction)
+    else:
+        sched = lr_scheduler(inner, a.lr_schedule, total, a.decay_fraction)
     every = a.eval_every or max(1, int(steps_per_epoch * a.eval_every_epochs))
     if first is not None:
         report(*first, 0.0)
@@ -159,7 +183,8 @@ def worker(a):
     while step < total:
         order = torch.randperm(len(xtr), generator=g)
         for b in range(steps_per_epoch):
-            if step >= total:
+            if step >= total or (swarm_budget and opt.done):
+                total = step
                 break
             t0 = time.perf_counter()
             idx = order[b * a.batch:(b + 1) * a.batch]
@@ -217,7 +242,8 @@ def launch(a):
            "--peers", str(a.peers), "--model", model, *recipe, "--min-peers", str(a.peers), "--data", a.data,
            "--seed", str(a.seed), "--settle", str(a.settle), "--settle-max", str(a.settle_max),
            "--eval-every-epochs", str(a.eval_every_epochs), "--eval-every", str(a.eval_every),
-           "--eval-peers", str(a.eval_peers), "--steps", str(a.steps)] + (["--plain"] if a.plain else [])
+           "--eval-peers", str(a.eval_peers), "--steps", str(a.steps), "--swarm-epochs", str(a.swarm_epochs)] \
+        + (["--plain"] if a.plain else [])
     print(f"== {n_py} Python peer(s) ({'the mlp:256,128 equivalent' if a.mixed else 'a 2-conv CNN'})"
           + (f" and {a.mixed} rumor-peer peer(s)" if a.mixed else "") + f" on 127.0.0.1; logs in {a.out}", flush=True)
     py = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -254,7 +280,8 @@ def launch(a):
                     [run, "--join", ",".join(founders), *limits, "--", binary, "--listen", "127.0.0.1:0",
                      "--shard", f"{k}/{a.peers}", "--model", "mlp:256,128", *recipe, "--min-peers", str(a.peers),
                      "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"), "--data", a.data]
-                    + (["--steps", str(a.steps)] if a.steps else []),
+                    + (["--steps", str(a.steps)] if a.steps else [])
+                    + (["--swarm-epochs", str(a.swarm_epochs)] if a.swarm_epochs else []),
                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(a.out, f"c{k}.log"), "w"), env=env,
                     start_new_session=True))
         t0 = time.monotonic()
@@ -296,6 +323,10 @@ def main(argv=None):
     ap.add_argument("--peers", type=int, default=4)
     ap.add_argument("--mixed", type=int, default=0, help="how many of the peers are C++ rumor-peer processes")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--swarm-epochs", type=float, default=0,
+                    help="a swarm-wide budget instead of --epochs per peer: every peer stops when the swarm as a "
+                         "whole has done this many passes over the training set, and the schedule follows the "
+                         "swarm's progress (Python peers; 0: off)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=RECIPE["lr"], help="Adam's learning rate")
     ap.add_argument("--lr-schedule", choices=SCHEDULES, default=RECIPE["lr_schedule"],

@@ -150,6 +150,7 @@ class Peer:
         self._settle_hook = None  # rumor.torch: serve() and apply the mix to the live parameters
         self.fingerprint = None
         self._swarm_target = None  # samples (set_swarm_budget)
+        self._budget_done = False  # done: the budget was reached (the peer said so in its digests)
         self._lr_scale = 1.0
         if swarm_epochs is not None or swarm_samples is not None:
             self.set_swarm_budget(swarm_epochs, swarm_samples, train_set_size)
@@ -197,8 +198,18 @@ class Peer:
     @property
     def done(self):
         """True once the swarm as a whole has processed the budget (False without one): stop
-        training, as every rumor-peer with --swarm-samples does at the same point."""
-        return self._swarm_target is not None and self._bound().stats()["swarm_samples"] >= self._swarm_target
+        training, as every rumor-peer with --swarm-samples does at the same point. From then on
+        the peer's digests say it has finished training, as after close(): serve() then waits only
+        for members still training, and they pick partners still training first."""
+        if self._swarm_target is None:
+            return False
+        if self._budget_done:
+            return True
+        node = self._bound()
+        if node.stats()["swarm_samples"] >= self._swarm_target:
+            node.training_done()
+            self._budget_done = True
+        return self._budget_done
 
     def lr_scale(self):
         """The factor for the learning rate of the step about to be taken: the peers training now
