@@ -211,6 +211,9 @@ def test_the_optimizer_steps_at_the_rate_times_the_peers_still_training():
     while time.monotonic() < deadline and a.stats()["trainers"] > 1:
         time.sleep(0.05)
     assert a.stats()["trainers"] == 1
+    time.sleep(0.3)  # b's close() returned once its hand-over was sent: let a's responder take it in
+    oa.zero_grad()
+    oa.step()  # no gradients: takes in what the swarm mixed into a meanwhile (b's leave hands its model over)
     oa.zero_grad()
     nn.functional.cross_entropy(ma(x), y).backward()
     before = [p.detach().clone() for p in ma.parameters()]
