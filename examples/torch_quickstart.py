@@ -180,10 +180,11 @@ def worker(a):
         report(*first, 0.0)
     lossf = torch.nn.functional.cross_entropy
     train_s, step = 0.0, 0
+    t_train = time.monotonic()
     while step < total:
         order = torch.randperm(len(xtr), generator=g)
         for b in range(steps_per_epoch):
-            if step >= total or (swarm_budget and opt.done):
+            if step >= total or (swarm_budget and opt.done) or (a.duration and time.monotonic() - t_train >= a.duration):
                 total = step
                 break
             t0 = time.perf_counter()
@@ -362,6 +363,7 @@ def main(argv=None):
     ap.add_argument("--plain", action="store_true", help="the same loops without Rumor (overhead baseline)")
     ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--eval-every", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--duration", type=float, default=0, help=argparse.SUPPRESS)  # worker: seconds of training
     a = ap.parse_args(argv)
     a.staleness = float(a.staleness)
     if not 0.0 <= a.decay_fraction <= 1.0:

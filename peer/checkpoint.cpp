@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +146,41 @@ std::optional<Checkpoint> load_newest_checkpoint(const std::string& dir, const s
     }
   }
   return std::nullopt;
+}
+
+int verify_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    std::fprintf(stderr, "rumor-peer: --verify-checkpoints %s: not a directory\n", dir.c_str());
+    return 2;
+  }
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".rkpt") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  int bad = 0;
+  for (const auto& f : files) {
+    try {
+      const Checkpoint c = read_checkpoint(f.string());
+      const auto finite = [](const std::vector<float>& v) {
+        return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+      };
+      if (!finite(c.params) || !finite(c.optimizer_state)) {
+        std::printf("bad %s: a parameter or optimizer value is not finite\n", f.c_str());
+        ++bad;
+        continue;
+      }
+      std::printf("ok %s step %llu params %zu optimizer %zu view %zu\n", f.c_str(),
+                  static_cast<unsigned long long>(c.position.step), c.params.size(), c.optimizer_state.size(),
+                  c.view.size());
+    } catch (const std::exception& e) {
+      std::printf("bad %s: %s\n", f.c_str(), e.what());
+      ++bad;
+    }
+  }
+  if (files.empty()) std::printf("no checkpoint in %s\n", dir.c_str());
+  std::fflush(stdout);
+  return files.empty() || bad ? 1 : 0;
 }
 
 }  // namespace rumor::peer

@@ -36,4 +36,10 @@ Checkpoint read_checkpoint(const std::string& path);
 std::optional<Checkpoint> load_newest_checkpoint(const std::string& dir, const std::string& fingerprint,
                                                  spdlog::logger& log, std::string* path = nullptr);
 
+// rumor-peer --verify-checkpoints DIR: reads every .rkpt file in `dir` and checks that every
+// parameter and optimizer value is finite; one line per file on stdout ("ok PATH step N ..." or
+// "bad PATH: reason"). Returns the exit code: 0 when there is at least one and all are good, 1
+// otherwise (2: `dir` is not a directory).
+int verify_checkpoints(const std::string& dir);
+
 }  // namespace rumor::peer

@@ -140,6 +140,10 @@ ParseResult parse_command_line(int argc, char** argv) {
       ->group(g_ckpt)->check(CLI::Range(0.01, 1e6))->capture_default_str();
   app.add_flag("--resume", c.resume, "Restart from the newest valid checkpoint in --checkpoint DIR and rejoin")
       ->group(g_ckpt);
+  app.add_option("--verify-checkpoints", c.verify_checkpoints,
+                 "Read every checkpoint in DIR (whole, checksummed, every parameter finite), print one line each, "
+                 "and exit: 0 when all are good, 1 otherwise (no training)")
+      ->group(g_ckpt);
 
   auto* g_misc = "Output";
   app.add_option("--seed", c.seed, "Seed of every random choice (init, shards, batches)")

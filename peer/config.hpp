@@ -31,6 +31,7 @@ struct Config {
   std::string checkpoint_dir;        // --checkpoint DIR (off when empty)
   double checkpoint_every_s = 30;
   bool resume = false;
+  std::string verify_checkpoints;    // --verify-checkpoints DIR: check every checkpoint there, then exit
   double throttle = 1.0;             // run this many times slower
   // Trust (docs/security.md)
   std::string swarm_key_path;             // --swarm-key FILE; empty: an open swarm

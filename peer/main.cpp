@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "data/dataset.hpp"
+#include "peer/checkpoint.hpp"
 #include "peer/config.hpp"
 #include "peer/daemon.hpp"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   auto parsed = rumor::peer::parse_command_line(argc, argv);
   if (!parsed.config) return parsed.exit_code;
   rumor::peer::Config cfg = *parsed.config;
+  if (!cfg.verify_checkpoints.empty()) return rumor::peer::verify_checkpoints(cfg.verify_checkpoints);
 
   auto log = spdlog::stderr_color_mt(cfg.name.empty() ? "peer" : cfg.name);
   log->set_level(spdlog::level::from_str(cfg.log_level));
