@@ -13,7 +13,15 @@ about one every --fault-every seconds:
   join        start a new rumor-peer that joins through a running member
   leave       SIGTERM a rumor-peer (a graceful leave; its slot is free for a later joiner)
 
-Link cuts and bandwidth drops need network namespaces (examples/testbed): not drawn on loopback.
+  cut         (namespaces) take a peer's link down (`ip link set down`), up again 1-20 s later
+  slow        (namespaces) drop a peer's bandwidth from 1 Gbit/s to 20 Mbit/s (`tc class
+              change`) for 5-30 s
+
+With --net netns (the default where examples/testbed can build one: root, ip, tc, a cgroup v1
+cpu controller) every member runs in its own network namespace on one bridge, in the testbed's
+private 10.213.7.0/24, and the namespaces are torn down at the end whatever happens; with
+--net loopback (or where namespaces cannot be made) the peers share 127.0.0.1 and link cuts and
+bandwidth drops are not drawn.
 
 Every process gets a bound: its start, the time to load the data and join (--load-bound), the
 training time it was given, settling (--settle-max) and a margin, plus the time it spent
@@ -46,6 +54,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FMNIST = "/usr/share/datasets/fashion-mnist"
+GBIT, SLOW = 125e6, 2.5e6  # bytes/s: 1 Gbit/s, and 20 Mbit/s while a link is slowed
 
 
 class Life:
@@ -68,15 +77,15 @@ class Life:
     def address(self):
         try:
             with open(self.log) as f:
-                m = re.search(r"listening on (127\.0\.0\.1:\d+)", f.read())
+                m = re.search(r"listening on ([0-9.]+:\d+)", f.read())
             return m.group(1) if m else None
         except OSError:
             return None
 
 
 class Member:
-    def __init__(self, name, kind, shard, ckpt):
-        self.name, self.kind, self.shard, self.ckpt = name, kind, shard, ckpt
+    def __init__(self, name, kind, shard, ckpt, slot):
+        self.name, self.kind, self.shard, self.ckpt, self.slot = name, kind, shard, ckpt, slot
         self.lives = []
         self.restart_at = None      # a kill's restart time
         self.gone = False           # left for good (SIGTERM) or finished
@@ -90,21 +99,26 @@ class Member:
         return l is not None and l.proc.poll() is None and not l.killed
 
 
-def start(a, m, end, join, resume):
+def start(a, m, end, join, resume, tb=None, min_peers=0, train_s=None):
     now = time.monotonic()
-    train_s = max(5.0, end - now - a.load_estimate)
+    if tb is not None and m.slot not in tb.peers:
+        tb.add_peer(m.slot, GBIT, 0)
+    listen = f"{tb.addr(m.slot)}:7000" if tb is not None else "127.0.0.1:0"
+    train_s = train_s or max(5.0, end - now - a.load_estimate)
     k = len(m.lives)
     log = os.path.join(a.out, f"{m.name}.{k}.log")
     metrics = os.path.join(a.out, f"{m.name}.{k}.jsonl")
     data = a.data
     if m.kind == "cpp":
-        cmd = [os.path.join(a.build, "peer", "rumor-peer"), "--listen", "127.0.0.1:0", "--data", data, "--model",
+        cmd = [os.path.join(a.build, "peer", "rumor-peer"), "--listen", listen, "--data", data, "--model",
                "mlp:256,128", "--shard", f"{m.shard}/{a.shards}", "--duration", f"{train_s:.1f}", "--eval-every",
                str(a.eval_every), "--settle", "2", "--settle-max", str(a.settle_max), "--checkpoint", m.ckpt,
                "--checkpoint-every", "0.25", "--name", m.name, "--metrics", metrics, "--seed", "1",
                "--log-level", "info"]
         if join:
             cmd += ["--join", join]
+        if min_peers:
+            cmd += ["--min-peers", str(min_peers)]
         if resume and os.path.isdir(m.ckpt) and any(f.endswith(".rkpt") for f in os.listdir(m.ckpt)):
             cmd.append("--resume")
     else:
@@ -114,9 +128,14 @@ def start(a, m, end, join, resume):
                "--metrics", metrics, "--data", data, "--seed", "1"]
         if join:
             cmd += ["--join", join]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(a.build, "python"))
+        if min_peers:
+            cmd += ["--min-peers", str(min_peers)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(a.build, "python"), RUMOR_LISTEN=listen)
     f = open(log, "w")
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    if tb is not None:
+        proc = tb.start(m.slot, cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    else:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     m.lives.append(Life(m, proc, now, train_s, log, metrics))
     return m.lives[-1]
 
@@ -137,7 +156,7 @@ def lines(path, kind=None):
     return out
 
 
-def soak(a):
+def soak(a, tb=None):
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
     for f in os.listdir(a.out):
@@ -147,13 +166,16 @@ def soak(a):
     for i in range(a.peers + a.python_peers):
         kind = "cpp" if i < a.peers else "py"
         name = f"c{i + 1}" if kind == "cpp" else f"py{i + 1 - a.peers}"
-        members.append(Member(name, kind, i % a.shards + 1, os.path.join(a.out, f"ckpt-{name}")))
+        members.append(Member(name, kind, i % a.shards + 1, os.path.join(a.out, f"ckpt-{name}"), i + 1))
     t0 = time.monotonic()
     end = t0 + a.duration
-    faults = {k: 0 for k in ("kill", "kill-py", "stop", "join", "leave", "restart")}
+    faults = {k: 0 for k in ("kill", "kill-py", "stop", "join", "leave", "cut", "slow", "restart")}
+    restores = []  # (time, what, action): healing a cut link, restoring a bandwidth
     say = lambda msg: print(f"[chaos {time.monotonic() - t0:6.1f} s] {msg}", flush=True)
     # The founder first; the others join through it once it listens.
-    first = start(a, members[0], end, None, False)
+    # The founders train once all of them are in view (--min-peers), so none trains alone while
+    # the others still load their data; restarts and joiners join through every running member.
+    first = start(a, members[0], end, None, False, tb, len(members), a.duration)
     deadline = time.monotonic() + 60
     while not first.address() and time.monotonic() < deadline:
         if first.proc.poll() is not None:
@@ -162,7 +184,20 @@ def soak(a):
     if not first.address():
         sys.exit(f"the first peer did not listen within 60 s: see {first.log}")
     for m in members[1:]:
-        start(a, m, end, first.address(), False)
+        start(a, m, end, first.address(), False, tb, len(members), a.duration)
+    # The soak's clock starts when every founder trains (all in view): faults from then on.
+    deadline = time.monotonic() + a.load_bound
+    while time.monotonic() < deadline:
+        if all(lines(m.life.metrics, "peers_in_view") for m in members):
+            break
+        broken = [m.name for m in members if m.life.proc.poll() is not None]
+        if broken:
+            sys.exit(f"{', '.join(broken)} exited before training: see their logs in {a.out}")
+        time.sleep(0.2)
+    else:
+        sys.exit(f"the founders were not all in view within {a.load_bound:g} s: see the logs in {a.out}")
+    t0 = time.monotonic()
+    end = t0 + a.duration
     say(f"{len(members)} peers started ({a.peers} rumor-peer, {a.python_peers} Python); "
         f"{'faults about every %g s' % a.fault_every if a.fault_every > 0 else 'no faults'} until {a.duration:g} s")
     next_fault = t0 + a.warmup + (rng.expovariate(1.0 / a.fault_every) if a.fault_every > 0 else math.inf)
@@ -173,6 +208,10 @@ def soak(a):
         alive = [m for m in members if m.running()]
         if now >= end and not alive and all(m.restart_at is None for m in members):
             break
+        for r in [r for r in restores if now >= r[0]]:
+            restores.remove(r)
+            r[2]()
+            say(r[1])
         for m in members:
             l = m.life
             if l and l.stopped_at and now >= l.stopped_at + l.stop_for:
@@ -182,8 +221,8 @@ def soak(a):
             if m.restart_at is not None and now >= m.restart_at:
                 m.restart_at = None
                 if now < end - 10:
-                    donors = [x.life.address() for x in members if x.running() and x is not m]
-                    start(a, m, end, rng.choice([d for d in donors if d] or [None]), True)
+                    donors = [d for d in (x.life.address() for x in members if x.running() and x is not m) if d]
+                    start(a, m, end, ",".join(donors) or None, True, tb)
                     faults["restart"] += 1
                     say(f"{m.name} restarted ({'from its checkpoints' if m.kind == 'cpp' else 'fresh'})")
             if l and l.proc.poll() is None and not l.hung and now > l.bound(a):
@@ -201,7 +240,9 @@ def soak(a):
             can = {"kill": 3 if spare_ok and cpp else 0,
                    "kill-py": 1 if spare_ok and any(m.kind == "py" for m in running) else 0,
                    "stop": 3 if spare_ok else 0, "join": 1 if running and now < end - 30 else 0,
-                   "leave": 1 if spare_ok and len(cpp) > 1 else 0}
+                   "leave": 1 if spare_ok and len(cpp) > 1 else 0,
+                   "cut": 2 if tb is not None and spare_ok else 0, "slow": 1 if tb is not None and running else 0}
+            busy = {r[3] for r in restores}  # a slot whose link is cut or slowed already
             if not any(can.values()):
                 continue
             kind = rng.choices(list(can), list(can.values()))[0]
@@ -233,15 +274,32 @@ def soak(a):
                 m.gone = True
                 faults["leave"] += 1
                 say(f"SIGTERM {m.name} (a graceful leave)")
+            elif kind in ("cut", "slow") and [m for m in running if m.slot not in busy]:
+                m = rng.choice([m for m in running if m.slot not in busy])
+                k = m.slot
+                if kind == "cut":
+                    dev = ("ip", "-n", tb.br, "link", "set", f"p{k}")
+                    subprocess.run([*dev, "down"], check=True)
+                    back = rng.uniform(1, 20)
+                    restores.append((now + back, f"{m.name}'s link is up again",
+                                     lambda dev=dev: subprocess.run([*dev, "up"], check=True), k))
+                    say(f"link of {m.name} down for {back:.1f} s")
+                else:
+                    tb.set_bandwidth(k, SLOW)
+                    back = rng.uniform(5, 30)
+                    restores.append((now + back, f"{m.name}'s link back to 1 Gbit/s",
+                                     lambda k=k: tb.set_bandwidth(k, GBIT), k))
+                    say(f"bandwidth of {m.name} down to 20 Mbit/s for {back:.1f} s")
+                faults[kind] += 1
             elif kind == "join" and running and now < end - 30:
                 spare += 1
                 m = Member(f"j{spare}", "cpp", (len(members)) % a.shards + 1,
-                           os.path.join(a.out, f"ckpt-j{spare}"))
+                           os.path.join(a.out, f"ckpt-j{spare}"), len(members) + 1)
                 members.append(m)
-                donor = rng.choice(running).life.address()
-                start(a, m, end, donor, False)
+                donor = ",".join(d for d in (x.life.address() for x in running) if d)
+                start(a, m, end, donor, False, tb)
                 faults["join"] += 1
-                say(f"{m.name} joins through {donor}")
+                say(f"{m.name} joins")
         if now - last_progress >= 30:
             last_progress = now
             say(f"{len([m for m in members if m.running()])} running; faults so far {sum(faults.values())}")
@@ -254,7 +312,8 @@ def report(a, members, faults, hangs, wall):
     say = lambda msg: print(msg, flush=True)
     injected = {k: v for k, v in faults.items() if k != "restart"}
     say(f"== faults injected: {sum(injected.values())} ({', '.join(f'{k} {v}' for k, v in faults.items())}); "
-        f"link cuts and bandwidth drops: not drawn (loopback); wall {wall:.0f} s")
+        f"{'network namespaces' if a.net == 'netns' else 'loopback: link cuts and bandwidth drops not drawn'}; "
+        f"wall {wall:.0f} s")
     if hangs:
         problems.append(f"{hangs} process(es) ran past their bound")
     own_errors = []
@@ -263,7 +322,7 @@ def report(a, members, faults, hangs, wall):
             l.rc = l.proc.wait()
             if l.killed or l.hung:
                 continue
-            if l.rc != 0:
+            if l.rc != 0 and not (l.termed and l.rc == -signal.SIGTERM):  # SIGTERM before its handler: fine
                 own_errors.append(f"{m.name} life {k} exited {l.rc} (see {l.log})")
     problems += own_errors
     bad_ckpt = []
@@ -338,13 +397,17 @@ def main():
     ap.add_argument("--min-running", type=int, default=3, help="never fault below this many running peers")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--settle-max", type=float, default=10.0)
-    ap.add_argument("--load-bound", type=float, default=60.0, help="seconds a process may take to load and join")
+    ap.add_argument("--load-bound", type=float, default=120.0,
+                    help="seconds a process may take to load its data and join (default 120)")
     ap.add_argument("--load-estimate", type=float, default=5.0)
     ap.add_argument("--margin", type=float, default=30.0, help="seconds of slack in every bound")
     ap.add_argument("--reference", type=float, default=None, help="a fault-free run's median final accuracy")
     ap.add_argument("--max-drop", type=float, default=0.01, help="survivors may end this far below --reference")
     ap.add_argument("--min-accuracy", type=float, default=0.0, help="fail below this median final accuracy")
     ap.add_argument("--min-faults", type=int, default=0, help="fail with fewer faults injected")
+    ap.add_argument("--net", choices=("auto", "netns", "loopback"), default="auto",
+                    help="network namespaces (link cuts and bandwidth drops too) or loopback (default: "
+                         "namespaces where they can be made)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--data", default=FMNIST)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "chaos"))
@@ -365,8 +428,23 @@ def main():
             a.python_peers = 0
         if not os.path.isdir(os.path.join(a.build, "python", "rumor")):
             sys.exit(f"{a.build}/python/rumor not found: build the rumor_python target")
-    members, faults, hangs, wall = soak(a)
-    sys.exit(report(a, members, faults, hangs, wall))
+    sys.path.insert(0, os.path.join(ROOT, "examples", "testbed"))
+    from testbed import Testbed  # noqa: E402
+    if a.net in ("auto", "netns"):
+        why = Testbed.refusal()
+        if why and a.net == "netns":
+            sys.exit(f"--net netns: {why}")
+        a.net = "loopback" if why else "netns"
+        if why:
+            print(f"network namespaces unavailable ({why}): loopback, without link cuts and bandwidth drops")
+    if a.net == "netns":
+        with Testbed(prefix=f"rtb-chaos{os.getpid()}") as tb:
+            members, faults, hangs, wall = soak(a, tb)
+            rc = report(a, members, faults, hangs, wall)
+    else:
+        members, faults, hangs, wall = soak(a)
+        rc = report(a, members, faults, hangs, wall)
+    sys.exit(rc)
 
 
 if __name__ == "__main__":
