@@ -89,6 +89,7 @@ class Member:
         self.lives = []
         self.restart_at = None      # a kill's restart time
         self.gone = False           # left for good (SIGTERM) or finished
+        self.tmp_seen = set()       # checkpoint .tmp files left by earlier kills
 
     @property
     def life(self):
@@ -169,7 +170,8 @@ def soak(a, tb=None):
         members.append(Member(name, kind, i % a.shards + 1, os.path.join(a.out, f"ckpt-{name}"), i + 1))
     t0 = time.monotonic()
     end = t0 + a.duration
-    faults = {k: 0 for k in ("kill", "kill-py", "stop", "join", "leave", "cut", "slow", "restart")}
+    faults = {k: 0 for k in ("kill", "kill-py", "stop", "join", "leave", "cut", "slow", "restart",
+                             "kill-mid-checkpoint")}
     restores = []  # (time, what, action): healing a cut link, restoring a bandwidth
     say = lambda msg: print(f"[chaos {time.monotonic() - t0:6.1f} s] {msg}", flush=True)
     # The founder first; the others join through it once it listens.
@@ -250,9 +252,15 @@ def soak(a, tb=None):
                 m = rng.choice(cpp)
                 m.life.killed = True
                 m.life.proc.kill()
+                m.life.proc.wait()
                 m.restart_at = now + rng.uniform(1, 5)
                 faults["kill"] += 1
-                say(f"SIGKILL {m.name}")
+                # A checkpoint being written when it died leaves its temporary file behind.
+                tmps = {f for f in os.listdir(m.ckpt) if f.endswith(".tmp")} if os.path.isdir(m.ckpt) else set()
+                mid = bool(tmps - m.tmp_seen)  # (a stray one stays: the daemon ignores it)
+                m.tmp_seen |= tmps
+                faults["kill-mid-checkpoint"] += mid
+                say(f"SIGKILL {m.name}{' (mid-checkpoint)' if mid else ''}")
             elif kind == "kill-py" and [m for m in running if m.kind == "py"]:
                 m = rng.choice([m for m in running if m.kind == "py"])
                 m.life.killed = True
@@ -310,7 +318,7 @@ def soak(a, tb=None):
 def report(a, members, faults, hangs, wall):
     problems = []
     say = lambda msg: print(msg, flush=True)
-    injected = {k: v for k, v in faults.items() if k != "restart"}
+    injected = {k: v for k, v in faults.items() if k not in ("restart", "kill-mid-checkpoint")}
     say(f"== faults injected: {sum(injected.values())} ({', '.join(f'{k} {v}' for k, v in faults.items())}); "
         f"{'network namespaces' if a.net == 'netns' else 'loopback: link cuts and bandwidth drops not drawn'}; "
         f"wall {wall:.0f} s")
