@@ -51,6 +51,7 @@ Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string finger
   RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
   RUMOR_CHECK(cfg_.staleness >= 0);
   RUMOR_CHECK(cfg_.topk_fraction > 0 && cfg_.topk_fraction <= 1);
+  RUMOR_CHECK(cfg_.outer.lr > 0 && cfg_.outer.momentum >= 0 && cfg_.outer.momentum < 1);
   RUMOR_CHECK(cfg_.join_timeout_s > 0 && cfg_.join_retry_s > 0);
 }
 
@@ -110,7 +111,10 @@ double Gossip::slowest_training_step() const {
 }
 
 void Gossip::mixed_with(const PeerId& peer, std::uint64_t their_clock) {
-  if (!(stats_.last_distance < kAgreeDistance)) ++model_version_;
+  // Outer momentum (core/outer.hpp): the next outer step counts local progress from here.
+  const bool stepped = outer_.active();
+  outer_.rebase(params_);
+  if (stepped || !(stats_.last_distance < kAgreeDistance)) ++model_version_;
   if (Member* m = view_.find(peer)) {
     m->ex_distance = stats_.last_distance;
     m->ex_clock = their_clock;

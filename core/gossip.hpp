@@ -52,6 +52,7 @@
 #include "core/env.hpp"
 #include "core/message.hpp"
 #include "core/mix.hpp"
+#include "core/outer.hpp"
 #include "core/protocol_messages.hpp"
 #include "core/robust.hpp"
 #include "core/view.hpp"
@@ -90,6 +91,9 @@ struct GossipConfig {
   // bench_exchange_throughput --chunk-mib). At least kMinExchangeChunk floats (256 KiB).
   std::size_t exchange_chunk_bytes = 4u << 20;
   double exchange_timeout_s = 5.0;   // whole exchange deadline
+  // Outer momentum (gossip-DiLoCo, core/outer.hpp): every mix ends with an outer optimizer step
+  // on the mixed model; off (lr 1, momentum 0) by default.
+  OuterConfig outer;
   double failure_backoff_s = 1.0;    // skip a failed peer for backoff * failures (capped at 8x)
   int suspect_after_failures = 3;
   double suspect_timeout_s = 5.0;    // Suspect -> Dead unless refuted
@@ -178,7 +182,14 @@ class Gossip {
   bool on_idle(bool exchange = true, Partners partners = Partners::Any);
   // Training is over for good in this incarnation (settling, leaving, or the end): our digest
   // says so from now on.
-  void set_done() { view_.self().done = true; }
+  void set_done() {
+    view_.self().done = true;
+    outer_.end();  // settling is plain averaging
+  }
+  // Training begins (PeerLoop, after the state wait): the outer optimizer's anchor is the
+  // model now (core/outer.hpp). A no-op with outer momentum off.
+  void begin_outer() { outer_.begin(params_); }
+  const OuterOptimizer& outer() const { return outer_; }
   bool done() const { return view_.self().done; }
   // A member `useful` to exchange with as Partners::Useful says (it need not be usable now).
   bool useful(const Member& m) const;
@@ -283,6 +294,10 @@ class Gossip {
   // An exchange with `peer` mixed (either role; stats_.last_distance holds its distance):
   // remember it for Partners::Useful.
   void mixed_with(const PeerId& peer, std::uint64_t their_clock);
+  // A dense mix is about to land on params_: outer momentum's step first (core/outer.hpp).
+  void outer_step() {
+    if (!done()) outer_.step(params_);
+  }
   // Gives up exchange `it` (nothing mixed on our side). `peer_busy`: the peer answered (it is
   // healthy), so the failure is not held against it.
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
@@ -447,6 +462,7 @@ class Gossip {
   };
   std::vector<Incoming> in_;
   GossipStats stats_;
+  OuterOptimizer outer_{cfg_.outer};
 };
 
 }  // namespace rumor

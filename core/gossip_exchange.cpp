@@ -127,6 +127,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     return;
   }
   // and relative_distance(ys, theirs)
+  outer_step();
   stats_.last_distance = mix_into_with_distance(params_, Pieces(theirs), mine.view(), a / (a + b));
   responder_done(from, h.clock);
 }
@@ -199,6 +200,7 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   // that the initiator's mix overlaps ours instead of following it.
   ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
+  outer_step();
   stats_.last_distance = mix_into_with_distance(params_, xs, ys, inc.weight / (inc.weight + inc.mine_weight));
   responder_done(from, h.clock);
 }
@@ -290,6 +292,7 @@ void Gossip::complete_exchange(std::size_t index) {
     }
     theirs = Pieces(model);
   }
+  outer_step();
   stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
   mixed_with(from, h.clock);
   ++stats_.exchanges;

@@ -25,6 +25,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
     for (std::size_t i = 0; i < ours.size(); ++i) ours[i] = params_[sel.indices[i]];
     if (!screen_values(from, robust_sparse_, sel.values, ours, h.exchange_id)) return;
   }
+  outer_step();  // before y_s[S] is taken: the reply and our mix see the same model
   const double a = h.weight, b = my_weight();
   ExchangeMsg r = our_exchange_header(h.exchange_id, b);
   auto reply = std::make_shared<Bytes>(encode_sparse_reply(sel.indices, params_));
@@ -60,6 +61,7 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
     ++stats_.failed;
     return;
   }
+  outer_step();
   const double a = o.weight, b = h.weight;
   const float w = static_cast<float>(b / (a + b));
   double d = 0, nx = 0;

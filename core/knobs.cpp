@@ -57,6 +57,13 @@ const Knob kKnobs[] = {
      "Averaging weights: uniform, or by the samples each peer has processed", kAll, RUMOR_FIELD(gossip.mix_weight)},
     {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|topk", "", kNet,
      "Parameter encoding on the wire (topk: sparse residuals with error feedback)", kAll, RUMOR_FIELD(gossip.codec)},
+    {"outer_lr", "gossip", T::Real, 0.001, 10, nullptr, "", kNet,
+     "Outer momentum (gossip-DiLoCo): every mix ends with a Nesterov step of this outer learning rate on the "
+     "change since the last one (1 with outer_momentum 0: plain gossip; DiLoCo uses 0.7 with 0.9)",
+     kAll, RUMOR_FIELD(gossip.outer.lr)},
+    {"outer_momentum", "gossip", T::Real, 0, 0.999, nullptr, "", kNet,
+     "Outer momentum (gossip-DiLoCo): the momentum of that outer step (0: none)", kAll,
+     RUMOR_FIELD(gossip.outer.momentum)},
     {"staleness", "gossip", T::Staleness, 0, 1e15, nullptr, "steps", kNet,
      "Bounded staleness TAU: never start a step more than TAU steps ahead of the slowest live peer, never mix a "
      "model more than TAU steps apart; 0 = lockstep, inf = fully asynchronous",
@@ -103,6 +110,8 @@ const Knob kKnobs[] = {
      kAll, RUMOR_FIELD(gossip.stream_exchanges)},
     {"topk_fraction", "gossip", T::Real, 1e-6, 1, nullptr, "", kTune,
      "codec topk: fraction of the coordinates averaged per exchange", kAll, RUMOR_FIELD(gossip.topk_fraction)},
+    {"outer_nesterov", "gossip", T::Bool, 0, 0, nullptr, "", kTune,
+     "Outer momentum: Nesterov's form (false: heavy ball)", kAll, RUMOR_FIELD(gossip.outer.nesterov)},
     {"failure_backoff", "gossip", T::Seconds, 0, 3600, nullptr, "s", kTune,
      "Skip a peer whose exchange failed for SEC x failures (capped at 8x)", kAll, RUMOR_FIELD(gossip.failure_backoff_s)},
     {"suspect_after", "gossip", T::Count, 1, 1000, nullptr, "failures", kTune,

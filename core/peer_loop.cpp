@@ -211,6 +211,7 @@ void PeerLoop::begin_training() {
          gossip_.state_ready() ? "the swarm has not trained yet" : "timed out");
   }
   stats_.training_started = now;
+  gossip_.begin_outer();  // outer momentum's anchor: the model training starts from
   enter(LoopPhase::Training);
   first_eval_pending_ = s_.evaluate;
 }
