@@ -21,7 +21,8 @@ mkdir -p "$out"
 flags_of() {  # setting -> rumor-sim --set flags
   case "$1" in
     plain) echo "" ;;
-    diloco) echo "--set algorithm.kind=diloco" ;;
+    # the baselines simulate neither shared cores nor per-peer evaluations
+    diloco) echo "--set algorithm.kind=diloco --set compute.shared_cores=0 --set output.peer_evals=off" ;;
     o*m*) local s="${1#o}"; echo "--set gossip.outer_lr=${s%%m*} --set gossip.outer_momentum=${s#*m}" ;;
     *) echo "unknown setting $1 (plain, diloco or oLRmMU, e.g. o0.7m0.9)" >&2; exit 2 ;;
   esac
