@@ -31,11 +31,13 @@ def main(out):
         grid[(int(h), codec)] = (acc, mb, min(p[1]["test_acc"] for p in peers))
     if grid:
         base = grid.get((1, "none"))
-        print(f"\n{'H':>4} {'codec':<6} {'mean acc':>9} {'min acc':>8} {'MB/peer':>9} {'bytes vs H=1 none':>18} {'acc - H=1 none':>15}")
-        for (h, c), (acc, mb, mn) in sorted(grid.items(), key=lambda kv: (kv[0][0], ["none", "fp16", "int8", "topk"].index(kv[0][1]))):
+        print(f"\n{'H':>4} {'codec':<11} {'mean acc':>9} {'min acc':>8} {'MB/peer':>9} {'bytes vs H=1 none':>18} {'acc - H=1 none':>15}")
+        order = ["none", "fp16", "int8", "topk"]
+        key = lambda kv: (kv[0][0], order.index(kv[0][1].split("+")[0]) if kv[0][1].split("+")[0] in order else 9, kv[0][1])
+        for (h, c), (acc, mb, mn) in sorted(grid.items(), key=key):
             ratio = f"1/{base[1] / mb:.0f}" if base and mb > 0 else "-"
             dacc = f"{(acc - base[0]) * 100:+.2f} pt" if base else "-"
-            print(f"{h:>4} {c:<6} {acc:>9.4f} {mn:>8.4f} {mb:>9.1f} {ratio:>18} {dacc:>15}")
+            print(f"{h:>4} {c:<11} {acc:>9.4f} {mn:>8.4f} {mb:>9.1f} {ratio:>18} {dacc:>15}")
         t = grid.get((16, "int8"))
         if base and t:
             print(f"\ntarget H=16 int8: sends 1/{base[1] / t[1]:.0f} of H=1 none (need >= 1/50), accuracy {(t[0] - base[0]) * 100:+.2f} points (need within 1)")
@@ -44,7 +46,8 @@ def main(out):
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
             fig, ax = plt.subplots(figsize=(7, 4.5))
-            for c, m in zip(["none", "fp16", "int8", "topk"], "osD^"):
+            series = ["none", "fp16", "int8", "topk"] + sorted({c for (_, c) in grid if "+" in c})
+            for c, m in zip(series, "osD^vP*Xh"):
                 pts = sorted((mb, acc, h) for (h, cc), (acc, mb, _) in grid.items() if cc == c)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=m, label=c)

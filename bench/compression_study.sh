@@ -17,6 +17,8 @@
 #
 # Usage: bench/compression_study.sh [BUILD_DIR] [OUT_DIR]
 #   env: PARTS="grid staleness" (either or both), EPOCHS=2 (grid), HS, CODECS,
+#        OUTERS="plain" (grid: add "outer" for outer momentum, --outer-lr 0.7 --outer-momentum
+#        0.9, in runs named H<h>-<codec>+outer),
 #        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3, REPEAT_FROM=1 (e.g. REPEAT_FROM=4 REPEATS=5
 #        adds two repeats to those already in OUT_DIR)
 set -euo pipefail
@@ -26,6 +28,7 @@ out="${2:-$here/out/compression}"
 epochs="${EPOCHS:-2}"
 hs="${HS:-1 4 16 64}"
 codecs="${CODECS:-none fp16 int8 topk}"
+outers="${OUTERS:-plain}"
 parts="${PARTS:-grid staleness}"
 stale_epochs="${STALE_EPOCHS:-1}"
 repeats="${REPEATS:-3}"
@@ -61,7 +64,13 @@ if [[ " $parts " == *" grid "* ]]; then
   echo "== H x codec grid, $epochs epochs each"
   for h in $hs; do
     for c in $codecs; do
-      run "H${h}-${c}" "--epochs $epochs --local-steps $h --codec $c --throttle $base"
+      for o in $outers; do
+        case "$o" in
+          plain) run "H${h}-${c}" "--epochs $epochs --local-steps $h --codec $c --throttle $base" ;;
+          outer) run "H${h}-${c}+outer" "--epochs $epochs --local-steps $h --codec $c --throttle $base --outer-lr 0.7 --outer-momentum 0.9" ;;
+          *) echo "OUTERS: plain or outer, not $o" >&2; exit 2 ;;
+        esac
+      done
     done
   done
 fi
