@@ -245,3 +245,32 @@ def test_a_swarm_budget_ends_the_loop_and_a_schedule_can_follow_it():
         assert opt.swarm_progress == 1.0 and peer.stats()["swarm_samples"] == 480
         assert rates[:13] == pytest.approx([0.1] * 13)  # held for 70% of the budget
         assert rates[15] == pytest.approx(0.1 * (1 - 16 / 20) / 0.3) and rates[-1] == 0.0
+
+
+def test_outer_momentum_trains_two_peers_that_agree_once_settled():
+    """outer_lr / outer_momentum (gossip-DiLoCo, core/outer.hpp) are settings like local_steps:
+    two peers train with them, stay finite, and settling (plain averaging) brings them together;
+    a momentum of 1 is refused with the setting's name and range."""
+    ma, x, y = model_and_data(5)
+    mb = model_and_data(6)[0]
+    kw = dict(settle=2, min_peers=2, local_steps=2, outer_lr=0.7, outer_momentum=0.9)
+    a = rumor.Peer(seed=31, **kw)
+    oa = rt.GossipOptimizer(torch.optim.SGD(ma.parameters(), lr=0.05), a, model=ma)
+    b = rumor.Peer(seed=32, join=[a.address], **kw)
+    ob = rt.GossipOptimizer(torch.optim.SGD(mb.parameters(), lr=0.05), b, model=mb)
+    exchanges = {}
+
+    def train(name, peer, opt, m):
+        opt.join(10)
+        steps(opt, m, x, y, 40)
+        exchanges[name] = peer.stats()["exchanges"]
+        opt.close()
+
+    run_threads([lambda: train("a", a, oa, ma), lambda: train("b", b, ob, mb)], 90)
+    assert exchanges["a"] + exchanges["b"] > 0
+    va = torch.cat([p.detach().flatten() for p in ma.parameters()])
+    vb = torch.cat([p.detach().flatten() for p in mb.parameters()])
+    assert torch.isfinite(va).all() and torch.isfinite(vb).all()
+    assert rel_distance(va, vb) < 1e-3
+    with pytest.raises(ValueError, match="outer_momentum"):
+        rumor.Peer(outer_momentum=1)
