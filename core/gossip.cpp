@@ -207,7 +207,7 @@ std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
   for (const Outstanding& o : out_) {
     std::vector<const Message*> reply;
     for (const Message& m : o.reply.chunks) reply.push_back(&m);
-    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, std::move(reply)});
+    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, o.streamed, std::move(reply)});
   }
   return v;
 }
@@ -409,7 +409,7 @@ void Gossip::on_timer(std::uint64_t id) {
     case kSuspectCheck: {
       std::vector<PeerId> expired;
       for (const auto& [pid, m] : view_.members())
-        if (m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
+        if (!cfg_.test_keep_dead && m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
           expired.push_back(pid);
       for (const auto& pid : expired)
         if (auto c = view_.set_state(pid, MemberState::Dead, now)) report_change(*c);

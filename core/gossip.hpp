@@ -131,6 +131,9 @@ struct GossipConfig {
   // --robust (core/robust.hpp): a neighbour's model far beyond the distances the swarm has been
   // showing is clipped or refused. Non-finite parameters are refused whatever this says.
   RobustConfig robust;
+  // Test-only (the simulator's `faults.mutation = keep_dead`, docs/testing.md): a suspect is
+  // never declared dead, so a crashed member is never removed. Never set by the daemon.
+  bool test_keep_dead = false;
 };
 
 struct GossipStats {
@@ -237,6 +240,8 @@ class Gossip {
     double weight = 1;                    // ours, a
     Pieces snapshot;                      // x̂_s as the responder received it
     bool accepted = false;                // the responder said it mixed x_s
+    bool streamed = false;                // streamed form (the responder mixes on x_s, then accepts);
+                                          // else one-shot (it mixed as it replied)
     std::vector<const Message*> reply;    // the reply's messages (chunks) received so far
   };
   std::vector<OpenExchange> open_exchanges() const;
