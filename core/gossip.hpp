@@ -451,6 +451,10 @@ class Gossip {
     ReceivedSnapshot theirs = {};  // codec none: x_s so far
   };
   std::vector<Incoming> in_;
+  // Per initiator: its incarnation and the newest exchange id we answered. A request at or
+  // below it is a duplicate (or an old one overtaken): answering it again would mix twice
+  // (the simulator's faults.duplicate found it: tests/sim/test_campaign.cpp).
+  std::map<PeerId, std::pair<std::uint64_t, std::uint64_t>> answered_;
   GossipStats stats_;
 };
 
