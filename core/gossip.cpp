@@ -81,6 +81,13 @@ double Gossip::my_weight() const {
   return cfg_.mix_weight == MixWeight::Samples ? static_cast<double>(std::max<std::uint64_t>(samples_, 1)) : 1.0;
 }
 
+void Gossip::resume_clock(std::uint64_t clock, std::uint64_t samples) {
+  clock_ = clock;
+  samples_ = samples;
+  view_.self().clock = clock;
+  view_.self().samples = samples;
+}
+
 void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   clock_ = clock;
   samples_ = samples;

@@ -162,6 +162,9 @@ class Gossip {
   void start(const std::vector<PeerId>& seeds);
   // A training step finished: `clock` local steps done, `samples` processed in all.
   void on_step_done(std::uint64_t clock, std::uint64_t samples);
+  // Before start(): our model already has `clock` steps and `samples` behind it (a restart
+  // from a checkpoint), so that is the clock we tell from the first message on, not 0.
+  void resume_clock(std::uint64_t clock, std::uint64_t samples);
   void on_message(const PeerId& from, const Message& msg);
   void on_timer(std::uint64_t id);
   void on_send_failed(const PeerId& peer, const std::string& reason);

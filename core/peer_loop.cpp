@@ -61,6 +61,9 @@ void PeerLoop::enter(LoopPhase p) {
 
 void PeerLoop::start(const std::vector<PeerId>& seeds) {
   RUMOR_CHECK(phase_ == LoopPhase::Idle, "start() once");
+  // A model resumed from a checkpoint: its clock, not 0 (a restart told 0 and held the
+  // swarm's staleness bound back; the simulator's faults.restart found it).
+  if (model_.steps()) gossip_.resume_clock(model_.steps(), model_.samples());
   gossip_.start(seeds);
   const bool deadline = std::isfinite(s_.gossip.join_timeout_s);
   enter(deadline && gossip_.joining() ? LoopPhase::Joining : s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);

@@ -7,8 +7,8 @@
 //                an exchange's half (FaultSettings::changes_sum): the sum of the parameters,
 //                counting what initiators still owe for exchanges whose responder mixed;
 //  tau_mix       the snapshots of an exchange (request and reply clocks) are at most TAU apart;
-//  tau_step      (no joins, no restarts) once a peer knows every member, it never starts a step
-//                more than TAU past the slowest clock it knows;
+//  tau_step      a peer never starts a step more than TAU past the slowest clock it knows (the
+//                loop's own record of its step starts, LoopStats::max_gap);
 //  clock         a peer's clock never decreases, nor does the clock it tells others (its
 //                digest) once it trains, across a restart from its own model too;
 //  one_exchange  no peer has two open exchanges with the same partner;
@@ -94,7 +94,7 @@ class InvariantChecker {
     std::optional<std::uint64_t> knows_all_at;
     double progress_at = 0;  // last step, phase or state change
     int phase = -1;
-    bool reported_stuck = false;
+    bool reported_stuck = false, reported_gap = false;
   };
   std::vector<Seen> seen_;
   // Exchanges: the request's clock, by (initiator, responder, id).

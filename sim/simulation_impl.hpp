@@ -92,6 +92,7 @@ class SimLoopModel final : public LoopModel {
   double epochs_done() const override { return training_ ? m_.epochs_done() : 0.0; }
   void adopt_step(std::uint64_t step) override {
     if (training_) m_.adopt_step(step);
+    else ticks = step;  // the clock the protocol adopted (the checker found it going back)
   }
   std::uint64_t ticks = 0;  // training off: averaging ticks done
 
