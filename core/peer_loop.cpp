@@ -182,6 +182,11 @@ LoopAction PeerLoop::next() {
       enter(LoopPhase::Final);
       return next();
     case LoopPhase::Final:
+      // Exchanges we started and whose responder may already have mixed: wait for them (up to
+      // their deadline), or the half the responder applied is lost with us (the simulator's
+      // conservation invariant found it: tests/sim/test_campaign.cpp).
+      if (gossip_.exchanges_in_flight() > 0 && now - phase_start_ < s_.gossip.exchange_timeout_s - 1e-12)
+        return wait_until(phase_start_ + s_.gossip.exchange_timeout_s);
       if (s_.evaluate && !final_eval_done_) {
         final_eval_done_ = true;
         LoopAction a{LoopAction::Kind::Evaluate};

@@ -37,21 +37,26 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
   // Peers: 2 to 64, most runs small (u^3).
   const double u = r.uniform();
   const std::uint32_t peers = 2 + static_cast<std::uint32_t>(std::floor(62.999 * u * u * u));
-  const bool training = chance(0.5);
+  // A third of the runs keep the sum of the parameters (training off, codec none, uniform
+  // weights, no churn, only faults that lose nothing): the conservation invariant is on there.
+  const bool conserving = chance(0.35);
+  const bool training = !conserving && chance(0.5);
   const std::uint32_t dim = 4 + static_cast<std::uint32_t>(r.below(29));
-  const std::uint32_t steps = 20 + static_cast<std::uint32_t>(r.below(61));
+  // Fewer steps for many peers: a campaign covers many seeds rather than long runs.
+  const std::uint32_t steps = std::max<std::uint32_t>(
+      8, static_cast<std::uint32_t>((20 + r.below(61)) * std::min(1.0, 12.0 / static_cast<double>(peers))));
   const std::uint32_t H = 1 + static_cast<std::uint32_t>(r.below(4));
   const bool bounded = chance(0.6);
   const std::uint32_t tau = static_cast<std::uint32_t>(r.below(5));
-  const char* codec = chance(0.6) ? "none" : pick({"fp16", "int8", "topk"});
-  const char* weight = chance(0.7) ? "uniform" : "samples";
+  const char* codec = conserving || chance(0.6) ? "none" : pick({"fp16", "int8", "topk"});
+  const char* weight = conserving || chance(0.7) ? "uniform" : "samples";
   const std::uint32_t in_flight = 1 + static_cast<std::uint32_t>(r.below(2));
   const bool stream = chance(0.7);
   const double step_ms = 5 + 15 * r.uniform();
   const char* dist = pick({"constant", "exponential", "normal"});
   const double latency_ms = 1 + 19 * r.uniform();
   const double jitter_ms = chance(0.5) ? 5 * r.uniform() : 0;
-  const char* bootstrap = chance(0.6) ? "all" : "seed";
+  const char* bootstrap = conserving || chance(0.6) ? "all" : "seed";
   const double settle = chance(0.5) ? 0 : 0.5 * r.uniform();
   const double probe_interval = 0.2 + 0.3 * r.uniform();
   const double suspect_timeout = 0.5 + 2 * r.uniform();
@@ -59,7 +64,7 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
   const double run_s = steps * step_ms / 1000.0 * (1 + 0.5 * H);
   std::string churn;
   std::uint32_t churn_n = 0;
-  if (peers > 2 && chance(0.35)) {
+  if (!conserving && peers > 2 && chance(0.35)) {
     const std::uint32_t k = 1 + static_cast<std::uint32_t>(r.below(3));
     for (std::uint32_t i = 0; i < k; ++i) {
       const char* kind = pick({"crash", "leave", "join"});
@@ -74,7 +79,9 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
   const auto level = [&](double lo, double hi) { return lo * std::pow(hi / lo, r.uniform()); };
   for (std::size_t k = 0; k < kFaultPoints; ++k) {
     const auto f = static_cast<FaultPoint>(k);
-    if (!chance(0.25)) continue;
+    const bool keeps_sum = f == FaultPoint::Delay || f == FaultPoint::Duplicate || f == FaultPoint::Reorder ||
+                           f == FaultPoint::Slow || f == FaultPoint::ClockSkew;
+    if (!chance(conserving ? (keeps_sum ? 0.4 : 0.0) : 0.25)) continue;
     double x = 0;
     switch (f) {
       case FaultPoint::Drop: case FaultPoint::Delay: case FaultPoint::Duplicate: case FaultPoint::Reorder:
