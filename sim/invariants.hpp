@@ -73,12 +73,12 @@ class InvariantChecker {
 
  private:
   void fail(const std::string& name, double t, const std::string& peer, const std::string& detail);
-  double conserved_sum(const Simulation& sim, std::size_t c, bool count_owed);
+  std::vector<double> conserved_sums(const Simulation& sim, bool count_owed);
   void check_peer(const Simulation& sim, std::uint32_t i);
 
   const Scenario& s_;
   double tau_;
-  bool conservation_ = false, tau_step_on_ = false;
+  bool conservation_ = false;
   double detection_bound_ = 0, heal_bound_ = 0, liveness_bound_ = 0, run_bound_ = 0;
   std::optional<Violation> first_;
   std::uint64_t violations_ = 0;
@@ -91,7 +91,6 @@ class InvariantChecker {
     std::uint32_t life = 0;
     int state = -1;
     std::uint64_t clock = 0, slowest = 0, told = 0;
-    std::optional<std::uint64_t> knows_all_at;
     double progress_at = 0;  // last step, phase or state change
     int phase = -1;
     bool reported_stuck = false, reported_gap = false;
