@@ -35,16 +35,21 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
   const auto pick = [&](std::initializer_list<const char*> xs) { return *(xs.begin() + r.below(xs.size())); };
   const auto chance = [&](double p) { return r.uniform() < p; };
   // Peers: 2 to 64, most runs small (u^3).
+  // One run in five is long (a few peers for thousands of steps), so that the bounds of
+  // failure detection and of healing (tens of seconds) pass within it.
+  const bool long_run = chance(0.2);
   const double u = r.uniform();
-  const std::uint32_t peers = 2 + static_cast<std::uint32_t>(std::floor(62.999 * u * u * u));
+  const std::uint32_t peers = long_run ? 3 + static_cast<std::uint32_t>(r.below(6))
+                                       : 2 + static_cast<std::uint32_t>(std::floor(62.999 * u * u * u));
   // A third of the runs keep the sum of the parameters (training off, codec none, uniform
   // weights, no churn, only faults that lose nothing): the conservation invariant is on there.
   const bool conserving = chance(0.35);
   const bool training = !conserving && chance(0.5);
   const std::uint32_t dim = 4 + static_cast<std::uint32_t>(r.below(29));
   // Fewer steps for many peers: a campaign covers many seeds rather than long runs.
-  const std::uint32_t steps = std::max<std::uint32_t>(
-      8, static_cast<std::uint32_t>((20 + r.below(61)) * std::min(1.0, 12.0 / static_cast<double>(peers))));
+  const std::uint32_t steps = long_run ? 1000 + static_cast<std::uint32_t>(r.below(1500))
+                                       : std::max<std::uint32_t>(8, static_cast<std::uint32_t>((20 + r.below(61)) *
+                                                                                             std::min(1.0, 12.0 / static_cast<double>(peers))));
   const std::uint32_t H = 1 + static_cast<std::uint32_t>(r.below(4));
   const bool bounded = chance(0.6);
   // Lockstep (TAU 0) in a large swarm is a poll-heavy run: kept to small swarms.
@@ -91,7 +96,7 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
       case FaultPoint::CrashMidExchange: x = level(0.0002, 0.002); break;
       case FaultPoint::CrashMidTransfer: case FaultPoint::CrashMidLeave: x = level(0.01, 0.3); break;
       case FaultPoint::Restart: x = level(0.3, 1.0); break;
-      case FaultPoint::Partition: x = level(0.05, 0.5); break;
+      case FaultPoint::Partition: x = long_run ? level(0.02, 0.2) : level(0.3, 3); break;
       case FaultPoint::Slow: case FaultPoint::ClockSkew: x = level(0.1, 0.5); break;
       case FaultPoint::Count: break;
     }
@@ -100,14 +105,14 @@ std::string campaign_scenario(std::uint64_t seed, const std::string& mutation) {
   }
   if (!faults.empty()) {
     faults += fmt::format("stall_max = {:.4f}\n", 0.05 + 1.0 * r.uniform());
-    faults += fmt::format("partition_max = {:.4f}\n", 0.5 + 2.0 * r.uniform());
+    faults += fmt::format("partition_max = {:.4f}\n", long_run ? 2 + 6 * r.uniform() : 0.3 + 1.2 * r.uniform());
     faults += fmt::format("restart_after = {:.4f}\n", 0.2 + 1.0 * r.uniform());
   }
   if (!mutation.empty()) faults += "mutation = " + mutation + "\n";
   const std::string tau_text = bounded ? std::to_string(tau) : std::string("inf");
   std::string t = fmt::format(
-      "# seed {}: peers={} training={} H={} tau={} codec={} weight={} in_flight={} stream={} bootstrap={} churn={} faults={}{}\n",
-      seed, peers, training ? "on" : "off", H, tau_text, codec, weight, in_flight, stream ? "on" : "off", bootstrap, churn_n,
+      "# seed {}: {}peers={} training={} H={} tau={} codec={} weight={} in_flight={} stream={} bootstrap={} churn={} faults={}{}\n",
+      seed, long_run ? "long " : "", peers, training ? "on" : "off", H, tau_text, codec, weight, in_flight, stream ? "on" : "off", bootstrap, churn_n,
       on.empty() ? "none" : on, mutation.empty() ? "" : " mutation=" + mutation);
   t += "# drawn by rumor-sim --campaign (sim/campaign.cpp); rerun: rumor-sim THIS_FILE\n";
   t += fmt::format("[run]\npeers = {}\nseed = {}\nsettle = {:.4f}\nsettle_max = 5\n", peers, seed, settle);

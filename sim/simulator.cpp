@@ -99,6 +99,8 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
         log(p, "crash_ignored", "", 0, 0, std::string("not running (") + peer_state_name(p.state) + ")");
         return;
       }
+      // With faults.restart on, a crash of the scenario is a crash like a fault's (it may restart).
+      if (s.faults[FaultPoint::Restart] > 0) return fault_crash(p, FaultPoint::Count);
       ++totals.crashes;
       log(p, "crash", "", peer_steps(p), 0, a.where);
       p.state = PeerState::Crashed;
@@ -153,7 +155,7 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
 void Simulation::Impl::fault_crash(Peer& p, FaultPoint why) {
   if (!(p.running() || p.state == PeerState::Pending)) return;
   ++totals.crashes;
-  log(p, "crash", "", peer_steps(p), 0, std::string("fault ") + fault_name(why));
+  log(p, "crash", "", peer_steps(p), 0, why == FaultPoint::Count ? std::string("churn") : std::string("fault ") + fault_name(why));
   // What a checkpoint would give a restart: the model and the step it had.
   const bool restart = p.model && fire(FaultPoint::Restart);
   if (restart) {
