@@ -329,6 +329,7 @@ class Gossip {
   void on_leave(const PeerId& from, const Message& msg);
   void on_leave_ack(const PeerId& from, const Message& msg);
   void probe();
+  void ping_dead();
   void on_probe_timer(TimerKind kind, std::uint64_t seq);
   void start_state_transfer(const PeerId& source);
   void request_state_chunk();
@@ -381,6 +382,7 @@ class Gossip {
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;
+  std::uint64_t dead_ping_ = 0;  // ping_dead's turn
   // SWIM probe in progress.
   struct Probe {
     std::uint64_t seq = 0;

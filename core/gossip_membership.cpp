@@ -19,6 +19,11 @@ constexpr std::size_t kMaxSnapshots = 4;
 // ---- SWIM probes ----
 
 void Gossip::probe() {
+  // One probe at a time: a new one replaced the probe in progress before its indirect phase
+  // ended (probe_timeout + probe_interval > probe_interval), so a member that stopped
+  // answering was never suspected by probes (the simulator's partitions found it: no
+  // suspicion in 7 s of partition; tests/sim/test_campaign.cpp).
+  if (probe_) return;
   const double now = env_.now();
   const Member* target = nullptr;
   for (const auto& [id, m] : view_.members())
@@ -31,9 +36,28 @@ void Gossip::probe() {
   env_.set_timer(cfg_.probe_timeout_s, timer_id(kProbeTimeout, probe_->seq));
 }
 
+// A member we hold dead may only have been out of reach (a partition that healed): each probe
+// interval one of them, in turn, gets a Ping that tells it it is dead. If it is alive it refutes
+// (a higher incarnation) and answers; its answer tells us, and tells it that we are here.
+// Without this, two sides that declared each other dead never spoke again (split brain after a
+// heal: the simulator's heal invariant found it, tests/sim/test_campaign.cpp).
+void Gossip::ping_dead() {
+  std::vector<const Member*> dead;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Dead) dead.push_back(&m);
+  if (dead.empty()) return;
+  const Member* m = dead[dead_ping_++ % dead.size()];
+  std::vector<MemberDigest> d = digest();
+  if (std::none_of(d.begin(), d.end(), [&](const MemberDigest& x) { return x.id == m->d.id; })) d.push_back(m->d);
+  env_.send(m->d.id, make_message(MsgType::Ping, PingMsg{++ping_seq_, std::move(d), {}}));
+}
+
 void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
   if (kind == kProbe) {
-    if (joined_ && !left_) probe();
+    if (joined_ && !left_) {
+      probe();
+      ping_dead();
+    }
     env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
     return;
   }

@@ -105,7 +105,7 @@ class InvariantChecker {
   };
   std::vector<Crash> crashes_;
   double heal_seen_ = -1;     // the heal being checked (its time), -1: none
-  double heal_check_at_ = -1;
+  std::vector<double> heals_;  // heals whose check is still to come
 };
 
 }  // namespace rumor::sim
