@@ -40,21 +40,29 @@ void Gossip::probe() {
 // interval one of them, in turn, gets a Ping that tells it it is dead. If it is alive it refutes
 // (a higher incarnation) and answers; its answer tells us, and tells it that we are here.
 // Without this, two sides that declared each other dead never spoke again (split brain after a
-// heal: the simulator's heal invariant found it, tests/sim/test_campaign.cpp).
+// heal: the simulator's heal invariant found it, tests/sim/test_campaign.cpp). A seed we never
+// heard of takes its turn too: a swarm cut in two while it formed (each half joined through
+// the seeds it could reach) joins up once the cut heals (campaign seed 1395).
 void Gossip::ping_dead() {
-  std::vector<const Member*> dead;
+  std::vector<PeerId> targets;
   for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Dead) dead.push_back(&m);
-  if (dead.empty()) return;
-  const Member* m = dead[dead_ping_++ % dead.size()];
+    if (m.d.state == MemberState::Dead) targets.push_back(id);
+  for (const PeerId& s : seeds_)
+    if (s != view_.self().id && !view_.find(s)) targets.push_back(s);
+  if (targets.empty()) return;
+  const PeerId to = targets[dead_ping_++ % targets.size()];
   std::vector<MemberDigest> d = digest();
-  if (std::none_of(d.begin(), d.end(), [&](const MemberDigest& x) { return x.id == m->d.id; })) d.push_back(m->d);
-  env_.send(m->d.id, make_message(MsgType::Ping, PingMsg{++ping_seq_, std::move(d), {}}));
+  if (const Member* m = view_.find(to); m && std::none_of(d.begin(), d.end(), [&](const MemberDigest& x) { return x.id == to; }))
+    d.push_back(m->d);
+  env_.send(to, make_message(MsgType::Ping, PingMsg{++ping_seq_, std::move(d), {}}));
 }
 
 void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
   if (kind == kProbe) {
-    if (joined_ && !left_) {
+    // Members we know are probed even before a seed answered our join: others reached us and
+    // we exchange with them, so a crash among them must be noticed (a joiner whose seed had
+    // crashed kept a crashed member alive for ever: campaign seed 1262).
+    if (!left_ && (joined_ || view_.live_count() > 0)) {
       probe();
       ping_dead();
     }
