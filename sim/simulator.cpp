@@ -351,6 +351,7 @@ void Simulation::check_invariants() {
   if (!impl_->checker) impl_->checker = std::make_unique<InvariantChecker>(impl_->s);
 }
 const InvariantChecker* Simulation::invariants() const { return impl_->checker.get(); }
+InvariantChecker* Simulation::invariants() { return impl_->checker.get(); }
 
 bool Simulation::step() {
   for (;;) {

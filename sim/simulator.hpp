@@ -142,6 +142,7 @@ class Simulation {
   // construction); null while off. Its first broken invariant goes to summary.json.
   void check_invariants();
   const InvariantChecker* invariants() const;
+  InvariantChecker* invariants();
   // The noisy quadratic's closed form for n peers (docs/sim.md, check 2); 0 for other kinds.
   double quadratic_stationary_loss(std::uint32_t n) const;
 

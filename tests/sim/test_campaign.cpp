@@ -50,11 +50,11 @@ void replays_clean(std::uint64_t seed) {
 
 // ---------------------------------------------------------------- mutations: the campaign can fail
 
-TEST_CASE("campaign: mutation skip_overlap (the staleness rule ignored) is found at seed 1 of at most 200") {
+TEST_CASE("campaign: mutation skip_overlap (the staleness rule ignored) is found at seed 3 of at most 200") {
   const auto r = find("skip_overlap", 200);
   REQUIRE(r.failures == 1);
   INFO(r.failed.front().line());
-  CHECK(r.failed.front().seed == 1);
+  CHECK(r.failed.front().seed == 3);
   REQUIRE(r.failed.front().first);
   CHECK((r.failed.front().first->name == "tau_step" || r.failed.front().first->name == "tau_mix"));
 }
@@ -68,20 +68,20 @@ TEST_CASE("campaign: mutation mix_nonfinite (a NaN mixed in) is found at seed 1 
   CHECK(r.failed.front().first->name == "finite");
 }
 
-TEST_CASE("campaign: mutation keep_dead (a dead member never removed) is found at seed KEEP_DEAD_SEED of at most 200") {
+TEST_CASE("campaign: mutation keep_dead (a dead member never removed) is found at seed 44 of at most 200") {
   const auto r = find("keep_dead", 200);
   REQUIRE(r.failures == 1);
   INFO(r.failed.front().line());
-  CHECK(r.failed.front().seed == KEEP_DEAD_SEED);
+  CHECK(r.failed.front().seed == 44);
   REQUIRE(r.failed.front().first);
   CHECK(r.failed.front().first->name == "detection");
 }
 
-TEST_CASE("campaign: mutation endless_wait (a staleness wait that never ends) is found at seed 1 of at most 200") {
+TEST_CASE("campaign: mutation endless_wait (a staleness wait that never ends) is found at seed 3 of at most 200") {
   const auto r = find("endless_wait", 200);
   REQUIRE(r.failures == 1);
   INFO(r.failed.front().line());
-  CHECK(r.failed.front().seed == 1);
+  CHECK(r.failed.front().seed == 3);
   REQUIRE(r.failed.front().first);
   CHECK(r.failed.front().first->name == "liveness");
 }
@@ -193,9 +193,165 @@ check = on
     CHECK(a.fault_counts()[k] > 0);
   }
   CHECK(a.summary_json().find("\"crash_mid_exchange\"") != std::string::npos);
-  INFO(a.invariants()->first() ? a.invariants()->first()->line() : std::string());
+  INFO((a.invariants()->first() ? a.invariants()->first()->line() : std::string()));
   CHECK(a.invariants()->ok());
 }
 
 // ---------------------------------------------------------------- regressions (the seed that found each bug)
-REGRESSIONS
+namespace {
+
+// A saved scenario (tests/sim/campaign_seeds/), run to its end under the checker.
+void saved_runs_clean(const std::string& file, bool force_conservation = false) {
+  const Scenario s = load_scenario(std::string(RUMOR_SOURCE_DIR) + "/tests/sim/campaign_seeds/" + file, {});
+  Simulation sim(s);
+  REQUIRE(sim.invariants());
+  if (force_conservation) sim.invariants()->force_conservation();
+  while (sim.now() <= sim.invariants()->run_bound() && sim.step()) {
+  }
+  const std::string why = file + ": " + (sim.invariants()->first() ? sim.invariants()->first()->line() : std::string("clean"));
+  INFO(why);
+  CHECK(sim.invariants()->ok());
+  CHECK(sim.finished());
+}
+
+const char* kDuplicates = R"(
+[run]
+peers = 8
+seed = 3
+settle = 0
+[workload]
+kind = quadratic
+training = off
+dim = 16
+init_mean = 1
+init_sd = 1
+steps = 100
+[compute]
+step_time = 10ms
+dist = exponential
+[network]
+latency = 5ms
+[gossip]
+bootstrap = all
+staleness = 2
+[faults]
+duplicate = 0.1
+[invariants]
+check = on
+)";
+
+const char* kFinal = R"(
+[run]
+peers = 6
+seed = 1
+settle = 0
+[workload]
+kind = quadratic
+training = off
+dim = 8
+init_mean = 1
+steps = 40
+[compute]
+step_time = 10ms
+dist = exponential
+[network]
+latency = 30ms
+[gossip]
+bootstrap = all
+max_in_flight = 2
+[invariants]
+check = on
+)";
+
+const char* kPartitions = R"(
+[run]
+peers = 6
+seed = 5
+settle = 0
+[workload]
+kind = quadratic
+training = off
+dim = 8
+steps = 8000
+[compute]
+step_time = 10ms
+[network]
+latency = 2ms
+[gossip]
+bootstrap = all
+suspect_timeout = 1
+[faults]
+partition = 0.05
+partition_max = 8
+[invariants]
+check = on
+)";
+
+void runs_clean(const std::string& text, const std::vector<std::string>& sets = {}) {
+  Simulation sim(parse_scenario(text, "regression.ini", sets));
+  REQUIRE(sim.invariants());
+  while (sim.now() <= sim.invariants()->run_bound() && sim.step()) {
+  }
+  INFO((sim.invariants()->first() ? sim.invariants()->first()->line() : std::string("clean")));
+  CHECK(sim.invariants()->ok());
+  CHECK(sim.finished());
+}
+
+}  // namespace
+
+// (a) A duplicated exchange request was answered (and mixed) twice, and a duplicated reply
+// chunk failed the exchange after the responder had mixed: the sum moved (conservation at
+// 0.11 s with run.seed 3; found by faults.duplicate before campaigns ran).
+TEST_CASE("campaign regression: a duplicated exchange message is not mixed twice (run.seed 3, faults.duplicate)") {
+  runs_clean(kDuplicates);
+  runs_clean(kDuplicates, {"gossip.stream_exchanges=off"});
+  runs_clean(kDuplicates, {"run.seed=4", "gossip.max_in_flight=1"});
+}
+
+// (b) A peer restarted from its checkpoint told clock 0 until its first step (clock invariant:
+// "it tells clock 0 (its model is at 5)"), campaign seed 17 of the first draw.
+TEST_CASE("campaign regression: a restart from a checkpoint tells its checkpoint's clock (seed 17, first draw)") {
+  saved_runs_clean("draw1_seed17_restart_clock.ini");
+}
+
+// With training off, a joiner's adopted step did not move its tick clock: it told the
+// swarm's step, then went back (campaign seed 16 of the first draw).
+TEST_CASE("campaign regression: training off, an adopted step is the tick clock (seed 16, first draw)") {
+  saved_runs_clean("draw1_seed16_adopted_tick.ini");
+}
+
+// (c) The loop's Final exited with exchanges it had started still open: the responder's half
+// was lost (conservation at the first `done`, run.seed 1..3 of this scenario; campaign seed
+// 289 of the second draw).
+TEST_CASE("campaign regression: Final waits for the exchanges it started (run.seed 1..3)") {
+  for (const char* seed : {"run.seed=1", "run.seed=2", "run.seed=3"}) runs_clean(kFinal, {seed});
+}
+
+// News that a partner left (a third member's digest, or a reordered link) gave up an exchange
+// whose accept was still on its way: the half the leaver had mixed was lost (campaign seed 93
+// of the third draw; conservation is off under delay and reorder, so the test forces it on).
+TEST_CASE("campaign regression: news of a leave does not give up an answered exchange (seed 93, third draw)") {
+  saved_runs_clean("draw3_seed93_left_news.ini", true);
+}
+
+// (d) A new probe replaced the probe in progress before its indirect phase ended, so probes
+// never suspected anyone: 7 s of partition without one suspicion (this scenario, run.seed 5).
+// (e) Two sides that declared each other dead during a partition never spoke again after it
+// healed: split brain (heal invariant at 78.8 s, run.seed 5; campaign seed 1022).
+TEST_CASE("campaign regression: probes suspect, and healed partitions join up again (run.seed 5; seeds 1022, 1395)") {
+  Simulation sim(parse_scenario(kPartitions, "partitions.ini", {}));
+  sim.run();
+  CHECK(sim.invariants()->ok());
+  CHECK(sim.invariants()->counts().heal >= 1);
+  CHECK(sim.events_csv().find("view_suspect") != std::string::npos);
+  CHECK(sim.events_csv().find("view_dead") != std::string::npos);
+  replays_clean(1022);
+  // A partition while the swarm formed: each half joined through the seeds it reached.
+  replays_clean(1395);
+}
+
+// A joiner whose seed had crashed was never "joined", so it never probed: a crashed member
+// stayed alive in its view for ever (detection, campaign seed 1262).
+TEST_CASE("campaign regression: a peer probes its members before its join is answered (seed 1262)") {
+  replays_clean(1262);
+}

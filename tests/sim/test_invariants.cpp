@@ -71,7 +71,8 @@ TEST_CASE("invariants: after every event, mixing conserves the sum, clocks respe
   CHECK(c.conservation_on());
   while (sim.step()) {
   }
-  INFO("first broken: " << (c.first() ? c.first()->line() : std::string("none")));
+  const std::string why = "first broken: " + (c.first() ? c.first()->line() : std::string("none"));
+  INFO(why);
   CHECK(c.ok());
   CHECK(c.counts().events > 5000);
   CHECK(c.counts().conservation > 5000);
