@@ -338,7 +338,7 @@ TEST_CASE("campaign regression: news of a leave does not give up an answered exc
 // never suspected anyone: 7 s of partition without one suspicion (this scenario, run.seed 5).
 // (e) Two sides that declared each other dead during a partition never spoke again after it
 // healed: split brain (heal invariant at 78.8 s, run.seed 5; campaign seed 1022).
-TEST_CASE("campaign regression: probes suspect, and healed partitions join up again (run.seed 5; seeds 1022, 1395)") {
+TEST_CASE("campaign regression: probes suspect, and healed partitions join up again (run.seed 5, seeds 1022 and 1395)") {
   Simulation sim(parse_scenario(kPartitions, "partitions.ini", {}));
   sim.run();
   CHECK(sim.invariants()->ok());
