@@ -383,6 +383,7 @@ class Gossip {
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;
   std::uint64_t dead_ping_ = 0;  // ping_dead's turn
+  PeerId direct_leave_;          // while on_leave handles a Leave: its sender
   // SWIM probe in progress.
   struct Probe {
     std::uint64_t seq = 0;

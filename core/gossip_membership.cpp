@@ -314,6 +314,12 @@ void Gossip::on_leave(const PeerId& from, const Message& msg) {
   }
   if (l.view.empty() || l.view.front().id != from || l.view.front().state != MemberState::Left)
     return reject(from, "leave message that does not announce its sender's leave");
+  // The news comes from the leaver itself: what it sent before came first (report_change).
+  struct Clear {
+    PeerId& id;
+    ~Clear() { id.clear(); }
+  } clear{direct_leave_};
+  direct_leave_ = from;
   if (msg.payload) {  // hand-over: validate before anything changes
     std::span<const float> theirs;
     try {
