@@ -157,7 +157,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
     // Nothing listens there (not started yet, exited, crashed), or faults.connect_fail: the
     // connect is refused.
     ++totals.refused;
-    schedule(now + net->refused_after(from, ti), EventKind::SendFailed, from, f.life, ti);
+    schedule(std::max(now + net->refused_after(from, ti), net->last_arrival(ti, from)), EventKind::SendFailed, from, f.life, ti);
     return;
   }
   if (net->partitioned(from, ti, now) || fault_partitioned(from, ti)) {
@@ -211,7 +211,8 @@ void Simulation::Impl::deliver(const Event& e) {
     // It died while the message was on its way: the connection is reset.
     ++totals.refused;
     free_slot(e.arg);
-    schedule(now + net->latency(e.peer, from), EventKind::SendFailed, from, from_life, e.peer);
+    schedule(std::max(now + net->latency(e.peer, from), net->last_arrival(e.peer, from)), EventKind::SendFailed, from, from_life,
+             e.peer);
     return;
   }
   t.bytes_recv += sl.bytes;

@@ -355,3 +355,13 @@ TEST_CASE("campaign regression: probes suspect, and healed partitions join up ag
 TEST_CASE("campaign regression: a peer probes its members before its join is answered (seed 1262)") {
   replays_clean(1262);
 }
+
+// A refused connect reached a peer before the reply or accept its partner had sent just before
+// it exited, and the initiator gave the exchange up: the half the partner applied was lost
+// (conservation, campaign seeds 150 and 391). The simulator's network now refuses no earlier
+// than the last message over that link arrives, as one TCP connection per pair does (the
+// partner's data comes before its reset; docs/wire.md).
+TEST_CASE("campaign regression: a refusal does not overtake what the dead peer sent before (seeds 150 and 391)") {
+  replays_clean(150);
+  replays_clean(391);
+}
