@@ -108,7 +108,9 @@ struct GossipConfig {
   // probe_timeout_s -> `indirect_probes` others are asked to ping it (PingReq); no news by the
   // end of the interval -> Suspect; suspect_timeout_s later -> Dead unless it refuted. So a
   // crashed peer leaves a view within about probe_interval * (members probed before it) +
-  // probe_timeout + probe_interval + suspect_timeout, plus dissemination.
+  // probe_timeout + probe_interval + suspect_timeout, plus dissemination. One probe runs at a
+  // time. Each interval also Pings one member we hold dead (and one seed we never heard of),
+  // in turn: after a partition heals, the two sides find each other again (docs/testing.md).
   double probe_interval_s = 0.5;
   double probe_timeout_s = 0.25;
   std::size_t indirect_probes = 2;
