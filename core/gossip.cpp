@@ -82,6 +82,13 @@ double Gossip::my_weight() const {
   return cfg_.mix_weight == MixWeight::Samples ? static_cast<double>(std::max<std::uint64_t>(samples_, 1)) : 1.0;
 }
 
+void Gossip::resume_clock(std::uint64_t clock, std::uint64_t samples) {
+  clock_ = clock;
+  samples_ = samples;
+  view_.self().clock = clock;
+  view_.self().samples = samples;
+}
+
 void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   clock_ = clock;
   samples_ = samples;
@@ -211,7 +218,7 @@ std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
   for (const Outstanding& o : out_) {
     std::vector<const Message*> reply;
     for (const Message& m : o.reply.chunks) reply.push_back(&m);
-    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, std::move(reply)});
+    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, o.streamed, std::move(reply)});
   }
   return v;
 }
@@ -413,7 +420,7 @@ void Gossip::on_timer(std::uint64_t id) {
     case kSuspectCheck: {
       std::vector<PeerId> expired;
       for (const auto& [pid, m] : view_.members())
-        if (m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
+        if (!cfg_.test_keep_dead && m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
           expired.push_back(pid);
       for (const auto& pid : expired)
         if (auto c = view_.set_state(pid, MemberState::Dead, now)) report_change(*c);

@@ -112,7 +112,9 @@ struct GossipConfig {
   // probe_timeout_s -> `indirect_probes` others are asked to ping it (PingReq); no news by the
   // end of the interval -> Suspect; suspect_timeout_s later -> Dead unless it refuted. So a
   // crashed peer leaves a view within about probe_interval * (members probed before it) +
-  // probe_timeout + probe_interval + suspect_timeout, plus dissemination.
+  // probe_timeout + probe_interval + suspect_timeout, plus dissemination. One probe runs at a
+  // time. Each interval also Pings one member we hold dead (and one seed we never heard of),
+  // in turn: after a partition heals, the two sides find each other again (docs/testing.md).
   double probe_interval_s = 0.5;
   double probe_timeout_s = 0.25;
   std::size_t indirect_probes = 2;
@@ -135,6 +137,9 @@ struct GossipConfig {
   // --robust (core/robust.hpp): a neighbour's model far beyond the distances the swarm has been
   // showing is clipped or refused. Non-finite parameters are refused whatever this says.
   RobustConfig robust;
+  // Test-only (the simulator's `faults.mutation = keep_dead`, docs/testing.md): a suspect is
+  // never declared dead, so a crashed member is never removed. Never set by the daemon.
+  bool test_keep_dead = false;
 };
 
 struct GossipStats {
@@ -163,6 +168,9 @@ class Gossip {
   void start(const std::vector<PeerId>& seeds);
   // A training step finished: `clock` local steps done, `samples` processed in all.
   void on_step_done(std::uint64_t clock, std::uint64_t samples);
+  // Before start(): our model already has `clock` steps and `samples` behind it (a restart
+  // from a checkpoint), so that is the clock we tell from the first message on, not 0.
+  void resume_clock(std::uint64_t clock, std::uint64_t samples);
   void on_message(const PeerId& from, const Message& msg);
   void on_timer(std::uint64_t id);
   void on_send_failed(const PeerId& peer, const std::string& reason);
@@ -248,6 +256,8 @@ class Gossip {
     double weight = 1;                    // ours, a
     Pieces snapshot;                      // x̂_s as the responder received it
     bool accepted = false;                // the responder said it mixed x_s
+    bool streamed = false;                // streamed form (the responder mixes on x_s, then accepts);
+                                          // else one-shot (it mixed as it replied)
     std::vector<const Message*> reply;    // the reply's messages (chunks) received so far
   };
   std::vector<OpenExchange> open_exchanges() const;
@@ -336,6 +346,7 @@ class Gossip {
   void on_leave(const PeerId& from, const Message& msg);
   void on_leave_ack(const PeerId& from, const Message& msg);
   void probe();
+  void ping_dead();
   void on_probe_timer(TimerKind kind, std::uint64_t seq);
   void start_state_transfer(const PeerId& source);
   void request_state_chunk();
@@ -388,6 +399,8 @@ class Gossip {
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;
+  std::uint64_t dead_ping_ = 0;  // ping_dead's turn
+  PeerId direct_leave_;          // while on_leave handles a Leave: its sender
   // SWIM probe in progress.
   struct Probe {
     std::uint64_t seq = 0;
@@ -461,6 +474,10 @@ class Gossip {
     ReceivedSnapshot theirs = {};  // codec none: x_s so far
   };
   std::vector<Incoming> in_;
+  // Per initiator: its incarnation and the newest exchange id we answered. A request at or
+  // below it is a duplicate (or an old one overtaken): answering it again would mix twice
+  // (the simulator's faults.duplicate found it: tests/sim/test_campaign.cpp).
+  std::map<PeerId, std::pair<std::uint64_t, std::uint64_t>> answered_;
   GossipStats stats_;
   OuterOptimizer outer_{cfg_.outer};
 };

@@ -87,6 +87,13 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   }
   merge_view(h.view);
   heard_from(from);
+  // A duplicate of a request we answered, busy or not (or an older one): answered already.
+  {
+    const std::uint64_t inc = !h.view.empty() && h.view.front().id == from ? h.view.front().incarnation : 0;
+    auto& last = answered_[from];
+    if (inc < last.first || (inc == last.first && h.exchange_id <= last.second)) return;
+    last = {inc, h.exchange_id};
+  }
   // A joiner without the swarm's model yet, or a peer on its way out, takes no part.
   if (!state_ready_ || leaving_) {
     env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, leaving_ ? "leaving" : "joining: fetching the model", digest()}));
@@ -243,6 +250,7 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
       return;
     }
     ReceivedSnapshot& reply = out_[i].reply;
+    if (h.offset < reply.floats) return;  // a chunk we hold already (a duplicate)
     if (!reply.add(msg, h))
       return fail_exchange(i, "reply chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(reply.floats), false);
     if (reply.floats < h.param_count) return;  // more chunks to come

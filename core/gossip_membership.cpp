@@ -19,6 +19,11 @@ constexpr std::size_t kMaxSnapshots = 4;
 // ---- SWIM probes ----
 
 void Gossip::probe() {
+  // One probe at a time: a new one replaced the probe in progress before its indirect phase
+  // ended (probe_timeout + probe_interval > probe_interval), so a member that stopped
+  // answering was never suspected by probes (the simulator's partitions found it: no
+  // suspicion in 7 s of partition; tests/sim/test_campaign.cpp).
+  if (probe_) return;
   const double now = env_.now();
   const Member* target = nullptr;
   for (const auto& [id, m] : view_.members())
@@ -31,9 +36,36 @@ void Gossip::probe() {
   env_.set_timer(cfg_.probe_timeout_s, timer_id(kProbeTimeout, probe_->seq));
 }
 
+// A member we hold dead may only have been out of reach (a partition that healed): each probe
+// interval one of them, in turn, gets a Ping that tells it it is dead. If it is alive it refutes
+// (a higher incarnation) and answers; its answer tells us, and tells it that we are here.
+// Without this, two sides that declared each other dead never spoke again (split brain after a
+// heal: the simulator's heal invariant found it, tests/sim/test_campaign.cpp). A seed we never
+// heard of takes its turn too: a swarm cut in two while it formed (each half joined through
+// the seeds it could reach) joins up once the cut heals (campaign seed 1395).
+void Gossip::ping_dead() {
+  std::vector<PeerId> targets;
+  for (const auto& [id, m] : view_.members())
+    if (m.d.state == MemberState::Dead) targets.push_back(id);
+  for (const PeerId& s : seeds_)
+    if (s != view_.self().id && !view_.find(s)) targets.push_back(s);
+  if (targets.empty()) return;
+  const PeerId to = targets[dead_ping_++ % targets.size()];
+  std::vector<MemberDigest> d = digest();
+  if (const Member* m = view_.find(to); m && std::none_of(d.begin(), d.end(), [&](const MemberDigest& x) { return x.id == to; }))
+    d.push_back(m->d);
+  env_.send(to, make_message(MsgType::Ping, PingMsg{++ping_seq_, std::move(d), {}}));
+}
+
 void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
   if (kind == kProbe) {
-    if (joined_ && !left_) probe();
+    // Members we know are probed even before a seed answered our join: others reached us and
+    // we exchange with them, so a crash among them must be noticed (a joiner whose seed had
+    // crashed kept a crashed member alive for ever: campaign seed 1262).
+    if (!left_ && (joined_ || view_.live_count() > 0)) {
+      probe();
+      ping_dead();
+    }
     env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
     return;
   }
@@ -282,6 +314,12 @@ void Gossip::on_leave(const PeerId& from, const Message& msg) {
   }
   if (l.view.empty() || l.view.front().id != from || l.view.front().state != MemberState::Left)
     return reject(from, "leave message that does not announce its sender's leave");
+  // The news comes from the leaver itself: what it sent before came first (report_change).
+  struct Clear {
+    PeerId& id;
+    ~Clear() { id.clear(); }
+  } clear{direct_leave_};
+  direct_leave_ = from;
   if (msg.payload) {  // hand-over: validate before anything changes
     std::span<const float> theirs;
     try {

@@ -61,6 +61,9 @@ void PeerLoop::enter(LoopPhase p) {
 
 void PeerLoop::start(const std::vector<PeerId>& seeds) {
   RUMOR_CHECK(phase_ == LoopPhase::Idle, "start() once");
+  // A model resumed from a checkpoint: its clock, not 0 (a restart told 0 and held the
+  // swarm's staleness bound back; the simulator's faults.restart found it).
+  if (model_.steps()) gossip_.resume_clock(model_.steps(), model_.samples());
   gossip_.start(seeds);
   const bool deadline = std::isfinite(s_.gossip.join_timeout_s);
   enter(deadline && gossip_.joining() ? LoopPhase::Joining : s_.min_peers > 1 ? LoopPhase::MinPeers : LoopPhase::State);
@@ -179,6 +182,11 @@ LoopAction PeerLoop::next() {
       enter(LoopPhase::Final);
       return next();
     case LoopPhase::Final:
+      // Exchanges we started and whose responder may already have mixed: wait for them (up to
+      // their deadline), or the half the responder applied is lost with us (the simulator's
+      // conservation invariant found it: tests/sim/test_campaign.cpp).
+      if (gossip_.exchanges_in_flight() > 0 && now - phase_start_ < s_.gossip.exchange_timeout_s - 1e-12)
+        return wait_until(phase_start_ + s_.gossip.exchange_timeout_s);
       if (s_.evaluate && !final_eval_done_) {
         final_eval_done_ = true;
         LoopAction a{LoopAction::Kind::Evaluate};

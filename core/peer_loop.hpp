@@ -27,7 +27,9 @@
 // exchanging until the models agree, only with members it can change a model with, no faster
 // than training's pace and backing off while members still train or the models agree: at most
 // `settle_s`, or `settle_max_s` while a member is still training) -> Leaving
-// (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> final evaluation -> Exit.
+// (SIGTERM: announce, hand the model over, at most `leave_wait_s`) -> Final (wait for the
+// exchanges we started, at most their deadline: their responders may have mixed) -> final
+// evaluation -> Exit.
 #pragma once
 #include <algorithm>
 #include <cmath>

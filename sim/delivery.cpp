@@ -27,6 +27,41 @@ double payload_share(const Message& m) {
 }
 }  // namespace
 
+// ---------------------------------------------------------------- message faults
+
+// One draw per point, in a fixed order. Truncate and corrupt change a copy of the payload (the
+// sender's snapshot is shared) or, without one, the header; the receiver must refuse what it
+// cannot read and never mix a non-finite value.
+bool Simulation::Impl::message_faults(std::uint32_t, std::uint32_t, Message& msg, double& at, bool& duplicate) {
+  const FaultSettings& fs = s.faults;
+  if (fire(FaultPoint::Drop)) return false;
+  if (fire(FaultPoint::Delay)) at += fault_rng.uniform(0, fs.delay_max);
+  if (fire(FaultPoint::Reorder)) at += fs.reorder_delay;  // a later message on the link overtakes it
+  if (fire(FaultPoint::Truncate)) {
+    if (msg.payload && !msg.payload->empty()) {
+      auto cut = std::make_shared<Bytes>(msg.payload->begin(), msg.payload->begin() + static_cast<std::ptrdiff_t>(fault_rng.below(msg.payload->size())));
+      msg.payload = std::move(cut);
+    } else {
+      msg.header.resize(fault_rng.below(msg.header.size() + 1));
+    }
+    msg.payload_digest.reset();
+    msg.payload_finite.reset();
+  }
+  if (msg.payload && msg.payload->size() >= 4 && fire(FaultPoint::Corrupt)) {
+    {
+      // A word of the payload turns into a NaN (what a bit flip in an exponent can give).
+      auto bad = std::make_shared<Bytes>(*msg.payload);
+      const std::size_t w = fault_rng.below(bad->size() / 4);
+      for (int k = 0; k < 4; ++k) (*bad)[4 * w + static_cast<std::size_t>(k)] = 0xff;
+      msg.payload = std::move(bad);
+    }
+    msg.payload_digest.reset();
+    msg.payload_finite.reset();
+  }
+  duplicate = fire(FaultPoint::Duplicate);
+  return true;
+}
+
 // ---------------------------------------------------------------- inputs
 
 void Simulation::Impl::offer(Peer& p, Input in) {
@@ -97,19 +132,35 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   Peer& f = peers[from];
   ++totals.messages;
   const std::int64_t to = peer_index(to_id);
+  if (checker && to >= 0 && to < static_cast<std::int64_t>(peers.size())) checker->on_send(*owner, from, static_cast<std::uint32_t>(to), msg);
   if (to < 0 || to >= static_cast<std::int64_t>(peers.size()) || to == from) {
     ++totals.dropped;  // no such address: nobody answers
     return;
   }
   Peer& t = peers[static_cast<std::size_t>(to)];
   const auto ti = static_cast<std::uint32_t>(to);
-  if (!t.running()) {
-    // Nothing listens there (not started yet, exited, crashed): the connect is refused.
+  // faults.crash_mid_*: the sender vanishes right after this send (an event at this time).
+  if (s.faults.any()) {
+    const MsgType ty = msg.type;
+    FaultPoint crash = FaultPoint::Count;
+    if (ty == MsgType::ExchangeRequest || ty == MsgType::ExchangeReply || ty == MsgType::ExchangePayload ||
+        ty == MsgType::ExchangeAccept)
+      crash = FaultPoint::CrashMidExchange;
+    else if (ty == MsgType::StateRequest || ty == MsgType::StateChunk)
+      crash = FaultPoint::CrashMidTransfer;
+    else if (ty == MsgType::Leave || ty == MsgType::LeaveAck)
+      crash = FaultPoint::CrashMidLeave;
+    if (crash != FaultPoint::Count && fire(crash))
+      schedule(now, EventKind::Fault, from, f.life, kFaultCrash | (static_cast<std::uint64_t>(crash) << 8));
+  }
+  if (!t.running() || fire(FaultPoint::ConnectFail)) {
+    // Nothing listens there (not started yet, exited, crashed), or faults.connect_fail: the
+    // connect is refused.
     ++totals.refused;
-    schedule(now + net->refused_after(from, ti), EventKind::SendFailed, from, f.life, ti);
+    schedule(std::max(now + net->refused_after(from, ti), net->last_arrival(ti, from)), EventKind::SendFailed, from, f.life, ti);
     return;
   }
-  if (net->partitioned(from, ti, now)) {
+  if (net->partitioned(from, ti, now) || fault_partitioned(from, ti)) {
     ++totals.dropped;
     return;
   }
@@ -117,10 +168,25 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   f.bytes_sent += bytes;
   totals.bytes += bytes;
   f.pending_cpu += payload_share(msg) * s.classes[f.cls].exchange_cpu;
-  const double at = net->transmit(from, ti, bytes, now);
+  double at = net->transmit(from, ti, bytes, now);
   if (at < 0) {
     ++totals.dropped;
     return;
+  }
+  bool duplicate = false;
+  if (s.faults.any() && !message_faults(from, ti, msg, at, duplicate)) {
+    ++totals.dropped;
+    return;
+  }
+  if (duplicate) {
+    Slot d;
+    d.msg = msg;
+    d.from = from;
+    d.to = ti;
+    d.from_life = f.life;
+    d.to_life = t.life;
+    d.bytes = bytes;
+    schedule(at, EventKind::Deliver, ti, t.life, put_slot(std::move(d)));
   }
   Slot sl;
   sl.msg = std::move(msg);
@@ -136,7 +202,7 @@ void Simulation::Impl::deliver(const Event& e) {
   Peer& t = peers[e.peer];
   const Slot& sl = slots[e.arg];
   const std::uint32_t from = sl.from, from_life = sl.from_life;
-  if (net->partitioned(from, e.peer, now)) {
+  if (net->partitioned(from, e.peer, now) || fault_partitioned(from, e.peer)) {
     ++totals.dropped;
     free_slot(e.arg);
     return;
@@ -145,7 +211,8 @@ void Simulation::Impl::deliver(const Event& e) {
     // It died while the message was on its way: the connection is reset.
     ++totals.refused;
     free_slot(e.arg);
-    schedule(now + net->latency(e.peer, from), EventKind::SendFailed, from, from_life, e.peer);
+    schedule(std::max(now + net->latency(e.peer, from), net->last_arrival(e.peer, from)), EventKind::SendFailed, from, from_life,
+             e.peer);
     return;
   }
   t.bytes_recv += sl.bytes;
@@ -158,6 +225,9 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
   switch (e.kind) {
     case K::ExchangeDone:
       if (e.reason == "initiator") ++totals.exchanges; else ++totals.answered;
+      // Test-only: a NaN slips into the model as if the mix had let it through.
+      if (s.faults.mutation == Mutation::MixNonfinite && p.model && !p.model->params().empty() && fault_rng.uniform() < 0.05)
+        p.model->params()[0] = std::numeric_limits<float>::quiet_NaN();
       if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, fmt::format("{} rtt={:.6f} peer_clock={}", e.reason, e.seconds, e.other));
       break;
     case K::ExchangeFailed:

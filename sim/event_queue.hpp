@@ -23,6 +23,7 @@ enum class EventKind : std::uint8_t {
   Timer,       // a protocol timer fires (arg: the timer id)
   SendFailed,  // a send of `peer` failed (arg: the target's index)
   Churn,       // a churn action of the scenario (arg: its index)
+  Fault,       // a fault point's action (sim/faults.hpp; arg: FaultAction | point << 8)
 };
 
 struct Event {

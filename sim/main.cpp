@@ -2,9 +2,12 @@
 //
 //   rumor-sim SCENARIO [--seed S] [--out DIR] [--set section.key=value ...] [--plot]
 //   rumor-sim --calibrate [--procs N] [--calibrate-out FILE] [--data DIR]
+//   rumor-sim --campaign N [--seed S] [-j J] [--stop-at-first]    (docs/testing.md)
+//   rumor-sim --replay SEED [--out DIR]
 //
 // Exit codes: 0 done, 2 bad usage or a bad scenario (the message names the place and key),
-// 1 anything else. Everything written under DIR is a pure function of the scenario and the
+// 3 a broken invariant (a campaign's failing seed, a replay, or a scenario with
+// `[invariants] check = on`), 1 anything else. Everything written under DIR is a pure function of the scenario and the
 // seed; the one line about wall time and memory goes to stderr only.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -20,6 +23,8 @@
 
 #include "core/model.hpp"
 #include "data/dataset.hpp"
+#include "sim/campaign.hpp"
+#include "sim/invariants.hpp"
 #include "sim/peer_flags.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
@@ -89,12 +94,55 @@ int main(int argc, char** argv) {
   app.add_flag("--testbed-plan", testbed_plan,
                "Print the testbed's plan of the scenario as JSON (every founder's class, bandwidth, CPU share, "
                "bandwidth changes and rumor-peer flags), and exit; examples/testbed/run.sh builds its network from it");
+  std::uint64_t campaign = 0, replay = 0;
+  unsigned jobs = 1;
+  bool stop_at_first = false;
+  std::string mutation;
+  auto* o_campaign = app.add_option("--campaign", campaign,
+                                    "Fault campaign: N random scenarios with faults, seeds S..S+N-1 (--seed S, default 1), "
+                                    "each under the invariant checker (docs/testing.md); exit 3 if any seed fails");
+  auto* o_replay = app.add_option("--replay", replay,
+                                  "Rerun campaign seed SEED exactly: writes its scenario.ini and outputs (events.csv logs "
+                                  "every exchange and view change) into --out, prints the first broken invariant");
+  app.add_option("-j,--jobs", jobs, "--campaign: seeds run on this many threads")->check(CLI::Range(1, 256));
+  app.add_flag("--stop-at-first", stop_at_first, "--campaign: stop at the first failing seed");
+  app.add_option("--mutation", mutation, "--campaign/--replay: a test-only mutation (docs/testing.md): skip_overlap, "
+                                         "mix_nonfinite, keep_dead, endless_wait");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   rumor::set_math_threads(1);
+
+  if (o_campaign->count()) {
+    rumor::sim::CampaignOptions co;
+    co.runs = campaign;
+    co.seed = o_seed->count() ? seed : 1;
+    co.jobs = jobs;
+    co.stop_at_first = stop_at_first;
+    co.mutation = mutation;
+    co.progress_every = std::max<std::uint64_t>(1, std::min<std::uint64_t>(500, campaign / 10));
+    const auto t0 = std::chrono::steady_clock::now();
+    co.on_failure = [](const rumor::sim::CampaignRun& r) { fmt::print("FAIL {}\n", r.line()); std::fflush(stdout); };
+    co.on_progress = [&](std::uint64_t done, std::uint64_t failures) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fmt::print(stderr, "rumor-sim: campaign {}/{} seeds, {} failing, {:.1f} s wall\n", done, campaign, failures, el);
+    };
+    const auto r = rumor::sim::run_campaign(co);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("{}", r.summary());
+    fmt::print("wall {:.1f} s on {} thread(s); replay a seed: rumor-sim --replay SEED --out DIR{}\n", wall, jobs,
+               mutation.empty() ? "" : " --mutation " + mutation);
+    return r.failures ? 3 : 0;
+  }
+  if (o_replay->count()) {
+    const auto r = rumor::sim::run_campaign_seed(replay, mutation, out_dir);
+    fmt::print("{}\n", r.line());
+    fmt::print("{} events, {:.3f} s virtual; scenario.ini and outputs in {}\n", r.events, r.virtual_time, out_dir);
+    if (!r.error.empty()) return 1;
+    return r.failed() ? 3 : 0;
+  }
 
   if (calibrate) {
     try {
@@ -130,7 +178,7 @@ int main(int argc, char** argv) {
   (void)o_scn;
 
   const auto t0 = std::chrono::steady_clock::now();
-  bool swept = false;
+  bool swept = false, invariant_broken = false;
   try {
     const rumor::sim::Scenario s = rumor::sim::load_scenario(scenario_path, sets);
     if (testbed_plan) {
@@ -176,6 +224,10 @@ int main(int argc, char** argv) {
                  out_dir);
     } else {
       const rumor::sim::RunOutcome o = rumor::sim::run_scenario(s, out_dir);
+      if (!o.invariant.empty()) {
+        fmt::print(stderr, "rumor-sim: broken invariant: {}\n", o.invariant);
+        invariant_broken = true;
+      }
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       rusage ru{};
       getrusage(RUSAGE_SELF, &ru);
@@ -214,5 +266,5 @@ int main(int argc, char** argv) {
         std::cerr << "rumor-sim: --plot: the plot script failed (is python3-matplotlib installed?); the CSV files are written\n";
     }
   }
-  return 0;
+  return invariant_broken ? 3 : 0;
 }

@@ -43,6 +43,13 @@ class Network {
   // Arrival time of a `bytes`-byte message sent at `now` (advances the sender's NIC and the
   // link's in-order clock), or a negative number if the message is lost.
   double transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now);
+  // When the last message sent from `from` to `to` arrives (0: none): a peer learns that a
+  // connection was reset only after what came over it before (one TCP connection per pair,
+  // docs/wire.md), so a refusal is never earlier than this.
+  double last_arrival(std::uint32_t from, std::uint32_t to) const {
+    const auto it = link_last_.find((std::uint64_t(from) << 32) | to);
+    return it == link_last_.end() ? 0.0 : it->second;
+  }
   // A restarted peer has a fresh NIC and fresh connections.
   void reset_peer(std::uint32_t peer);
 

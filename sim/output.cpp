@@ -98,6 +98,25 @@ std::string Simulation::summary_json() const {
   j["peers_running"] = live;
   j["final"] = final_sample_json(last);
   j["peer_final_test_acc"] = acc_n > 0 ? acc_sum / acc_n : kNaN;
+  // Only with faults or the checker on: every other run's summary stays as it was.
+  if (w.s.faults.any() || w.s.faults.mutation != Mutation::None) {
+    Json f;
+    for (std::size_t k = 0; k < kFaultPoints; ++k) f[fault_name(static_cast<FaultPoint>(k))] = w.fault_counts[k];
+    j["faults"] = f;
+    if (w.s.faults.mutation != Mutation::None) j["mutation"] = mutation_name(w.s.faults.mutation);
+  }
+  if (w.checker) {
+    Json inv;
+    const auto& c = w.checker->counts();
+    inv["events_checked"] = c.events;
+    inv["violations"] = w.checker->violations();
+    inv["first"] = w.checker->first() ? w.checker->first()->line() : std::string();
+    inv["conservation"] = w.checker->conservation_on();
+    inv["detection_bound"] = w.checker->detection_bound();
+    inv["heal_bound"] = w.checker->heal_bound();
+    inv["liveness_bound"] = w.checker->liveness_bound();
+    j["invariants"] = inv;
+  }
   return summary_text(j);
 }
 

@@ -74,13 +74,31 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
   p.model = work->make_peer(p.index, p.life);
   p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
+  // A restart after a fault crash resumes from the model and step it had (a checkpoint).
+  const bool resumed = p.has_checkpoint;
+  p.resumed = resumed;
+  if (resumed) {
+    p.has_checkpoint = false;
+    std::copy(p.checkpoint.begin(), p.checkpoint.end(), p.model->params().begin());
+    if (s.training) p.model->adopt_step(p.checkpoint_step); else p.side->ticks = p.checkpoint_step;
+    p.checkpoint.clear();
+    p.checkpoint.shrink_to_fit();
+  }
+  p.slow = fire(FaultPoint::Slow) ? s.faults.slow_factor : 1.0;
+  p.rate = fire(FaultPoint::ClockSkew) ? fault_rng.uniform(1 - s.faults.skew, 1 + s.faults.skew) : 1.0;
+  p.stalled = false;
   p.env = std::make_unique<SimEnv>(*this, p.index, p.life, p.life == 0 ? root.fork(p.index) : root.fork(p.index).fork(p.life));
+  p.env->set_rate(p.rate);
   LoopSettings ls = loop_settings(s);
   ls.train_set_rows = work->train_set_rows();
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).
   ls.gossip.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
+  if (resumed) ls.gossip.fetch_state = false;  // rumor-peer --resume continues from its own model
+  // Test-only mutations (faults.mutation): the checker still holds the peers to the scenario.
+  if (s.faults.mutation == Mutation::SkipOverlap) ls.gossip.staleness = INFINITY;
+  if (s.faults.mutation == Mutation::KeepDead) ls.gossip.test_keep_dead = true;
   for (auto j : topology_neighbours(s.topology, p.index, s.total_ids)) ls.gossip.neighbours.push_back(peers[j].id);
   // The incarnation is the life: a restarted peer outranks its tombstone in every view (the
   // daemon uses wall-clock milliseconds for the same effect).
@@ -122,8 +140,9 @@ void Simulation::Impl::act(Peer& p) {
     case LoopAction::Kind::Wait: {
       // Woken by an input (offer) or at `until`: one event there, unless one is already set.
       p.busy = false;
+      if (s.faults.mutation == Mutation::EndlessWait && p.loop->phase() == LoopPhase::Training) return;  // never woken
       p.waiting = true;
-      const double t = std::max(a.until, now);
+      const double t = std::max(a.until / p.rate, now);  // `until` is on the peer's own clock
       if (t != p.wait_until) {
         p.wait_until = t;
         schedule(t, EventKind::WaitTick, p.index, p.life, ++p.wait_iter);
@@ -137,7 +156,7 @@ void Simulation::Impl::act(Peer& p) {
 
 double Simulation::Impl::draw_step(Peer& p) {
   const PeerClass& c = s.classes[p.cls];
-  double m = c.step_time;
+  double m = c.step_time * p.slow;
   for (auto k : p.stragglers) {
     const StragglerSpec& st = s.stragglers[k];
     if (now >= st.at && (st.until < 0 || now < st.until)) m *= st.factor;
@@ -155,6 +174,16 @@ double Simulation::Impl::draw_step(Peer& p) {
 // (averaging studies) a "step" is an idle tick of the same length, inputs handled as they come.
 void Simulation::Impl::begin_step(Peer& p) {
   p.stepping = true;
+  // faults.stall: paused (SIGSTOP, a long GC) before the step: inputs queue, nothing runs.
+  if (!p.stalled && fire(FaultPoint::Stall)) {
+    p.stalled = true;
+    p.busy = true;
+    const double d = fault_rng.uniform(0, s.faults.stall_max);
+    log(p, "stall", "", peer_steps(p), d, "fault stall");
+    schedule(now + d, EventKind::Fault, p.index, p.life, kStallEnd);
+    return;
+  }
+  p.stalled = false;
   if (!s.training) {
     p.busy = false;
     p.step_seconds = draw_step(p);

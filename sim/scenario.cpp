@@ -91,6 +91,8 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
     {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition", "limit_receive"}},
     {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "cpu"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
+    {"faults", fault_keys()},
+    {"invariants", {"check"}},
     {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "log_exchanges", "log_views"}},
 });
 }  // namespace ini
@@ -128,6 +130,7 @@ class Builder {
     output(s);
     check_algorithm(s);
     read_sweep(r_, s);
+    read_faults(r_, s);
     return s;
   }
 

@@ -21,6 +21,7 @@
 
 #include "core/codec.hpp"
 #include "core/peer_loop.hpp"
+#include "sim/faults.hpp"
 
 namespace rumor::sim {
 
@@ -207,6 +208,11 @@ struct Scenario {
   std::size_t eval_rows = 0;       // 0 = the whole test set
   bool peer_evals = false;         // per-peer evaluations at the daemon's points (loop.eval_every)
   bool log_exchanges = false, log_views = false;
+  // [faults] (sim/faults.hpp, docs/testing.md): fault points, all off by default.
+  FaultSettings faults;
+  // [invariants] check = on: the invariant checker (sim/invariants.hpp) runs after every event
+  // and the first broken invariant goes to summary.json (and fails rumor-sim with exit code 3).
+  bool check_invariants = false;
 };
 
 // Parses `path` with `overrides` ("section.key=value", applied last, in order; rumor-sim's

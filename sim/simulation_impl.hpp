@@ -19,6 +19,8 @@
 #include "core/check.hpp"
 #include "core/peer_loop.hpp"
 #include "sim/event_queue.hpp"
+#include "sim/faults.hpp"
+#include "sim/invariants.hpp"
 #include "sim/network.hpp"
 #include "sim/simulator.hpp"
 #include "sim/streams.hpp"
@@ -90,6 +92,7 @@ class SimLoopModel final : public LoopModel {
   double epochs_done() const override { return training_ ? m_.epochs_done() : 0.0; }
   void adopt_step(std::uint64_t step) override {
     if (training_) m_.adopt_step(step);
+    else ticks = step;  // the clock the protocol adopted (the checker found it going back)
   }
   std::uint64_t ticks = 0;  // training off: averaging ticks done
 
@@ -124,6 +127,14 @@ struct Peer {
   double started_at = 0, step_end_at = 0, step_seconds = 0, pending_cpu = 0, last_loss = 0;
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
   double final_acc = kNaN, final_loss = kNaN;
+  // Faults (sim/faults.hpp): this life's step-time factor (slow) and clock rate (clock_skew);
+  // a stall in progress; the model a fault crash left behind, for a restart (a checkpoint).
+  double slow = 1, rate = 1;
+  bool stalled = false;
+  bool has_checkpoint = false;
+  bool resumed = false;  // this life came from the checkpoint
+  std::vector<float> checkpoint;
+  std::uint64_t checkpoint_step = 0;
 
   bool running() const { return state == PeerState::Training || state == PeerState::Settling; }
   Gossip* gossip() const { return loop ? &loop->gossip() : nullptr; }
@@ -155,6 +166,34 @@ struct Simulation::Impl {
   std::size_t churn_left = 0;
   std::vector<double> xbar;  // sampling scratch
   std::vector<float> xbar_f;
+  // Faults (sim/faults.hpp): their stream, how often each fired, restarts still to come (they
+  // keep the run going), and the partition in force: each live peer's side (0: none).
+  Rng fault_rng;
+  FaultCounts fault_counts{};
+  std::uint32_t restarts_left = 0;
+  std::vector<std::uint8_t> fault_side;
+  double partition_until = -1;   // the partition in force heals then (-1: none)
+  double last_heal = -1;         // when the last one healed (the no-split-brain invariant)
+  std::uint64_t partitions_healed = 0;
+  enum FaultAction : std::uint64_t { kFaultCrash = 1, kFaultRestart = 2, kStallEnd = 3, kPartitionStart = 4, kPartitionHeal = 5 };
+  // One draw of point `f` (nothing drawn when it is off); counts it if it fires.
+  bool fire(FaultPoint f) {
+    const double pr = s.faults[f];
+    if (!(pr > 0)) return false;
+    if (fault_rng.uniform() >= pr) return false;
+    ++fault_counts[static_cast<std::size_t>(f)];
+    return true;
+  }
+  bool fault_partitioned(std::uint32_t a, std::uint32_t b) const {
+    return partition_until > now && fault_side[a] && fault_side[b] && fault_side[a] != fault_side[b];
+  }
+  std::unique_ptr<InvariantChecker> checker;
+  std::int64_t last_peer = -1;  // the peer of the event just processed (-1: a churn or swarm event)
+  void fault_event(const Event& e);
+  void fault_crash(Peer& p, FaultPoint why);
+  void schedule_partition();
+  // The message faults of one send (delivery.cpp): false if the message goes no further.
+  bool message_faults(std::uint32_t from, std::uint32_t to, Message& msg, double& at, bool& duplicate);
 
   explicit Impl(const Scenario& sc);
   void schedule(double t, EventKind k, std::uint32_t peer, std::uint32_t life, std::uint64_t arg = 0) {
@@ -234,11 +273,14 @@ class SimEnv final : public Env {
  public:
   SimEnv(Simulation::Impl& w, std::uint32_t peer, std::uint32_t life, Rng rng)
       : w_(w), peer_(peer), life_(life), rng_(rng) {}
-  double now() const override { return w_.now; }
+  // Its clock runs at `rate` of virtual time (faults.clock_skew; 1 without it).
+  double now() const override { return w_.now * rate_; }
   void send(const PeerId& to, Message msg) override { w_.send(peer_, to, std::move(msg)); }
   void set_timer(double delay_s, std::uint64_t id) override {
-    w_.schedule(w_.now + std::max(delay_s, 0.0), EventKind::Timer, peer_, life_, id);
+    w_.schedule(w_.now + std::max(delay_s, 0.0) / rate_, EventKind::Timer, peer_, life_, id);
   }
+  void set_rate(double r) { rate_ = r; }
+  double rate() const { return rate_; }
   void disconnect(const PeerId&) override {}  // connections are not modelled
   Rng& rng() override { return rng_; }
   void event(const ProtocolEvent& e) override { w_.protocol_event(peer_, e); }
@@ -247,6 +289,7 @@ class SimEnv final : public Env {
   Simulation::Impl& w_;
   std::uint32_t peer_, life_;
   Rng rng_;
+  double rate_ = 1;
 };
 
 

@@ -16,7 +16,8 @@ const char* peer_state_name(PeerState s) {
   return "?";
 }
 
-Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(streams::kChurn)) {
+Simulation::Impl::Impl(const Scenario& sc)
+    : s(sc), churn_rng(Rng(sc.seed).fork(streams::kChurn)), fault_rng(Rng(sc.seed).fork(streams::kFaults)) {
   RUMOR_CHECK(aligned_heap());
   // Eigen's own threads would make the sums' order depend on timing. Only written when it
   // differs: sweeps construct simulations on two threads at once (run_sweep sets it first).
@@ -67,6 +68,8 @@ Simulation::Impl::Impl(const Scenario& sc) : s(sc), churn_rng(Rng(sc.seed).fork(
   }
   for (std::size_t k = 0; k < s.churn.size(); ++k) schedule(s.churn[k].at, EventKind::Churn, 0, 0, k);
   churn_left = s.churn.size();
+  fault_side.assign(s.total_ids, 0);
+  if (s.faults[FaultPoint::Partition] > 0) schedule_partition();
   for (Peer& p : peers) update_cpu(p);
   xbar.resize(work->param_count());
 }
@@ -96,6 +99,8 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
         log(p, "crash_ignored", "", 0, 0, std::string("not running (") + peer_state_name(p.state) + ")");
         return;
       }
+      // With faults.restart on, a crash of the scenario is a crash like a fault's (it may restart).
+      if (s.faults[FaultPoint::Restart] > 0) return fault_crash(p, FaultPoint::Count);
       ++totals.crashes;
       log(p, "crash", "", peer_steps(p), 0, a.where);
       p.state = PeerState::Crashed;
@@ -132,6 +137,7 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
       ++totals.joins;
       if (p.exists) ++p.life;  // a restart: a new process, a new incarnation
       p.exists = true;
+      p.has_checkpoint = false;
       p.state = PeerState::Pending;
       p.side.reset();
       p.model.reset();
@@ -142,16 +148,101 @@ void Simulation::Impl::apply_churn(const ChurnAction& a, Peer& p) {
   }
 }
 
+// ---------------------------------------------------------------- faults (sim/faults.hpp)
+
+// A crash at a protocol step (the peer sent a message of that step in this very event, so it
+// vanishes right after: as a SIGKILL between two lines of its handler would leave things).
+void Simulation::Impl::fault_crash(Peer& p, FaultPoint why) {
+  if (!(p.running() || p.state == PeerState::Pending)) return;
+  ++totals.crashes;
+  log(p, "crash", "", peer_steps(p), 0, why == FaultPoint::Count ? std::string("churn") : std::string("fault ") + fault_name(why));
+  // What a checkpoint would give a restart: the model and the step it had.
+  const bool restart = p.model && fire(FaultPoint::Restart);
+  if (restart) {
+    const auto x = p.model->params();
+    p.checkpoint.assign(x.begin(), x.end());
+    p.checkpoint_step = peer_steps(p);
+    p.has_checkpoint = true;
+  }
+  p.state = PeerState::Crashed;
+  ++p.life;
+  drop_process(p);
+  p.side.reset();
+  p.model.reset();
+  if (restart) {
+    ++restarts_left;
+    schedule(now + s.faults.restart_after * fault_rng.uniform(0.5, 1.5), EventKind::Fault, p.index, p.life, kFaultRestart);
+  }
+}
+
+void Simulation::Impl::schedule_partition() {
+  const double rate = s.faults[FaultPoint::Partition];
+  schedule(now + fault_rng.exponential(rate), EventKind::Fault, 0, 0, kPartitionStart);
+}
+
+void Simulation::Impl::fault_event(const Event& e) {
+  Peer& p = peers[e.peer];
+  switch (e.arg & 0xff) {
+    case kFaultCrash:
+      return fault_crash(p, static_cast<FaultPoint>(e.arg >> 8));
+    case kFaultRestart:
+      --restarts_left;
+      if (p.state != PeerState::Crashed) return;
+      ++totals.joins;
+      p.state = PeerState::Pending;
+      net->reset_peer(p.index);
+      log(p, "restart", "", p.checkpoint_step, 0, "fault restart from its model");
+      schedule(now + s.classes[p.cls].start, EventKind::Start, p.index, p.life);
+      return;
+    case kStallEnd:
+      if (!p.running() || !p.stalled) return;
+      p.busy = false;
+      if (!s.training) drain(p);
+      if (!p.running()) return;
+      return begin_step(p);
+    case kPartitionStart: {
+      if (active == 0 && churn_left == 0 && restarts_left == 0) return;
+      if (partition_until < now) {
+        std::vector<std::uint32_t> live;
+        for (const Peer& q : peers)
+          if (q.running()) live.push_back(q.index);
+        if (live.size() >= 2) {
+          ++fault_counts[static_cast<std::size_t>(FaultPoint::Partition)];
+          fault_rng.shuffle(live);
+          const std::size_t cut = 1 + fault_rng.below(live.size() - 1);
+          std::fill(fault_side.begin(), fault_side.end(), 0);
+          for (std::size_t k = 0; k < live.size(); ++k) fault_side[live[k]] = k < cut ? 1 : 2;
+          partition_until = now + s.faults.partition_max * fault_rng.uniform(0.2, 1.0);
+          log(peers[live[0]], "partition", "", 0, partition_until - now,
+              fmt::format("fault partition: {} | {} live peers until {:.6f}", cut, live.size() - cut, partition_until));
+          schedule(partition_until, EventKind::Fault, 0, 0, kPartitionHeal);
+        }
+      }
+      return schedule_partition();
+    }
+    case kPartitionHeal:
+      if (partition_until > now) return;
+      last_heal = now;
+      ++partitions_healed;
+      std::fill(fault_side.begin(), fault_side.end(), 0);
+      log(peers[0], "heal", "", 0, 0, "fault partition healed");
+      return;
+  }
+}
+
 // ---------------------------------------------------------------- engine
 
 void Simulation::Impl::process(const Event& e) {
   RUMOR_CHECK(e.t >= now, "events must come in time order");
   now = e.t;
   ++totals.events;
+  last_peer = e.kind == EventKind::Churn || (e.kind == EventKind::Fault && e.peer == 0 && ((e.arg & 0xff) == kPartitionStart || (e.arg & 0xff) == kPartitionHeal)) ? -1 : e.peer;
   if (e.kind == EventKind::Churn) {
     --churn_left;
     return churn(s.churn[e.arg]);
   }
+  if (e.kind == EventKind::Fault && ((e.arg & 0xff) == kPartitionStart || (e.arg & 0xff) == kPartitionHeal))
+    return fault_event(e);
   Peer& p = peers[e.peer];
   dispatch(e, p);
   update_cpu(p);
@@ -192,6 +283,9 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
     case EventKind::SendFailed:
       if (p.running()) offer(p, {Input::Kind::SendFailed, static_cast<std::uint32_t>(e.arg), 0});
       break;
+    case EventKind::Fault:
+      fault_event(e);
+      break;
     case EventKind::Churn:
     case EventKind::Deliver:
       break;
@@ -203,7 +297,7 @@ Simulation::Impl::Progress Simulation::Impl::advance_once(double limit) {
   if (ended) return Progress::Over;
   const double end = end_time();
   const double ts = sample_time(next_sample);
-  const bool over = !std::isfinite(end) && active == 0 && churn_left == 0;
+  const bool over = !std::isfinite(end) && active == 0 && churn_left == 0 && restarts_left == 0;
   const bool have = !over && !q.empty() && q.top().t <= end;
   const double te = have ? q.top().t : std::numeric_limits<double>::infinity();
   if (ts <= end && ts < te && ts <= limit && (have || ts <= now)) {
@@ -214,6 +308,7 @@ Simulation::Impl::Progress Simulation::Impl::advance_once(double limit) {
   if (have) {
     if (te > limit) return Progress::Limit;
     process(q.pop());
+    if (checker) checker->after_event(*owner, last_peer);
     if (after_event) after_event(*owner);
     return Progress::Event;
   }
@@ -223,6 +318,7 @@ Simulation::Impl::Progress Simulation::Impl::advance_once(double limit) {
   now = std::max(now, t_end);
   if (samples.empty() || samples.back().time < now - 1e-12) record_sample(now);
   ended = true;
+  if (checker) checker->at_end(*owner);
   return Progress::Over;
 }
 
@@ -240,7 +336,22 @@ bool Simulation::Impl::advance(double limit) {
 
 // ---------------------------------------------------------------- public face
 
-Simulation::Simulation(const Scenario& s) : impl_(std::make_unique<Impl>(s)) { impl_->owner = this; }
+Simulation::Simulation(const Scenario& s) : impl_(std::make_unique<Impl>(s)) {
+  impl_->owner = this;
+  if (s.check_invariants) check_invariants();
+}
+
+std::uint32_t Simulation::life(std::uint32_t peer) const { return impl_->peers.at(peer).life; }
+bool Simulation::resumed(std::uint32_t peer) const { return impl_->peers.at(peer).resumed; }
+double Simulation::started_at(std::uint32_t peer) const { return impl_->peers.at(peer).started_at; }
+double Simulation::last_heal() const { return impl_->last_heal; }
+bool Simulation::partitioned_now() const { return impl_->partition_until > impl_->now; }
+const FaultCounts& Simulation::fault_counts() const { return impl_->fault_counts; }
+void Simulation::check_invariants() {
+  if (!impl_->checker) impl_->checker = std::make_unique<InvariantChecker>(impl_->s);
+}
+const InvariantChecker* Simulation::invariants() const { return impl_->checker.get(); }
+InvariantChecker* Simulation::invariants() { return impl_->checker.get(); }
 
 bool Simulation::step() {
   for (;;) {

@@ -36,6 +36,7 @@
 namespace rumor::sim {
 
 class SimEnv;
+class InvariantChecker;
 
 enum class PeerState : std::uint8_t { Pending, Training, Settling, Done, Crashed, Left };
 const char* peer_state_name(PeerState s);
@@ -130,6 +131,18 @@ class Simulation {
   std::size_t events_size() const;
   std::string events_since(std::size_t offset) const;
   const Totals& totals() const;
+  // Faults (sim/faults.hpp) and the invariant checker (sim/invariants.hpp).
+  std::uint32_t life(std::uint32_t peer) const;      // its process: 0, then one more per restart or crash
+  bool resumed(std::uint32_t peer) const;            // this life resumed from its own model (faults.restart)
+  double started_at(std::uint32_t peer) const;       // when this life's process came up
+  double last_heal() const;                          // when the last fault partition healed (-1: none)
+  bool partitioned_now() const;                      // a fault partition is in force
+  const FaultCounts& fault_counts() const;
+  // Turns the checker on (before the first event; `[invariants] check = on` does it at
+  // construction); null while off. Its first broken invariant goes to summary.json.
+  void check_invariants();
+  const InvariantChecker* invariants() const;
+  InvariantChecker* invariants();
   // The noisy quadratic's closed form for n peers (docs/sim.md, check 2); 0 for other kinds.
   double quadratic_stationary_loss(std::uint32_t n) const;
 

@@ -16,5 +16,6 @@ constexpr std::uint64_t kStragglers = (1ull << 41) + 3;
 constexpr std::uint64_t kPoisson = (1ull << 41) + 4;  // Poisson churn times (scenario.cpp)
 constexpr std::uint64_t kWorkload = (1ull << 41) + 5; // per-peer data noise / initial values
 constexpr std::uint64_t kEvalRows = (1ull << 41) + 6; // the evaluation subset of the test set
+constexpr std::uint64_t kFaults = (1ull << 41) + 7;   // every fault point's draws (sim/faults.hpp)
 
 }  // namespace rumor::sim::streams

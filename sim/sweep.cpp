@@ -1,6 +1,8 @@
 // One run, and sweeps of runs (sweep.hpp).
 #include "sim/sweep.hpp"
 
+#include "sim/invariants.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -66,7 +68,14 @@ RunOutcome run_scenario(const Scenario& s, const std::string& dir) {
   r.peers = s.founders;
   if (s.algorithm == Algorithm::Gossip) {
     Simulation sim(s);
-    sim.run();
+    if (const InvariantChecker* c = sim.invariants()) {
+      // Under the checker a run that would never end (a liveness bug) stops at its bound.
+      while (sim.now() <= c->run_bound() && sim.step()) {
+      }
+      if (c->first()) r.invariant = c->first()->line();
+    } else {
+      sim.run();
+    }
     if (!dir.empty()) sim.write_outputs(dir);
     r.samples = sim.samples();
     r.totals = sim.totals();

@@ -33,6 +33,7 @@ struct RunOutcome {
   Totals totals;
   double virtual_time = 0;
   std::uint32_t peers = 0;
+  std::string invariant;  // [invariants] check = on: the first broken one (Violation::line), or empty
 };
 
 // Runs one scenario to the end (either engine) and, if `dir` is not empty, writes its outputs.
