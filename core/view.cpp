@@ -113,6 +113,24 @@ void View::state_changed(Member& m, MemberState before) {
   }
 }
 
+bool View::erase(const PeerId& id) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return false;
+  Member& m = it->second;
+  live_count_ -= m.live();
+  live_trainers_ -= m.live_trainer();
+  if (m.d.state == MemberState::Alive) {
+    Member* last = alive_.back();
+    alive_[m.alive_pos] = last;
+    last->alive_pos = m.alive_pos;
+    alive_.pop_back();
+  }
+  // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
+  all_.erase(std::find(all_.begin(), all_.end(), &m));
+  members_.erase(it);
+  return true;
+}
+
 Member* View::find(const PeerId& id) {
   auto it = members_.find(id);
   return it == members_.end() ? nullptr : &it->second;
