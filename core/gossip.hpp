@@ -404,7 +404,12 @@ class Gossip {
   // The header of an exchange message of ours: id, our clock, `weight`, codec, size, a view digest.
   ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight);
   double my_weight() const;
-  std::vector<MemberDigest> digest() { return view_.digest(cfg_.digest_limit, env_.rng()); }
+  // Partial views piggyback at most twice the active view's size: ours, and a sample of the
+  // members we hold (their clocks and states reach those who hold them too).
+  std::vector<MemberDigest> digest() {
+    return view_.digest(overlay_ ? std::min(cfg_.digest_limit, 2 * overlay_->active_cap()) : cfg_.digest_limit,
+                        env_.rng());
+  }
   ProtocolEvent ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason = {}) const;
 
   Env& env_;

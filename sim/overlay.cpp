@@ -11,9 +11,10 @@
 namespace rumor::sim {
 
 namespace {
+// Running and joined (a peer whose JoinRequest is still on its way is in no view yet).
 bool running(const Simulation& sim, std::uint32_t i) {
   const PeerState s = sim.state(i);
-  return (s == PeerState::Training || s == PeerState::Settling) && sim.gossip(i) != nullptr;
+  return (s == PeerState::Training || s == PeerState::Settling) && sim.gossip(i) != nullptr && sim.gossip(i)->joined();
 }
 }  // namespace
 
