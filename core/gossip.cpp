@@ -363,6 +363,9 @@ void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {
   if (overlay_ && (overlay_->in_active(peer) || overlay_->pending.count(peer))) {
     if (overlay_->pending.count(peer)) overlay_->remove(peer);
     overlay_lost(peer, false);
+  } else if (overlay_ && overlay_->in_passive(peer)) {
+    overlay_->remove(peer);  // a stale candidate (a fresh draw found it gone): not taken back for a while
+    overlay_->buried[peer] = env_.now();
   }
   if (auto i = find_out(peer); i != npos)
     fail_exchange(i, "unreachable: " + reason, false);
@@ -424,8 +427,9 @@ void Gossip::on_timer(std::uint64_t id) {
       break;
     case kOverlayState:
       // Partial views: no neighbour brought by the join walk had a model for us in time.
+      overlay_fill();  // no walk linked us: our own requests
       if (joined_ && !state_ready_ && !transfer_) {
-        PeerId source = overlay_ ? overlay_->random_active(env_.rng()) : PeerId{};
+        PeerId source = overlay_ ? overlay_state_source() : PeerId{};
         if (source.empty() && !seeds_.empty()) source = seeds_[env_.rng().below(seeds_.size())];
         if (!source.empty()) start_state_transfer(source);
       }

@@ -371,6 +371,10 @@ class Gossip {
   std::vector<MemberDigest> overlay_sample(bool with_active);
   // The exchange partner in partial views: an active member, every fresh_every-th a passive one.
   std::optional<PeerId> overlay_partner(Partners partners);
+  // A joiner's state-transfer source in partial views: an active member that said it has a
+  // model (empty: none known).
+  PeerId overlay_state_source();
+  bool is_seed(const PeerId& id) const;
   void probe();
   void on_probe_timer(TimerKind kind, std::uint64_t seq);
   void start_state_transfer(const PeerId& source);

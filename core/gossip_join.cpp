@@ -80,7 +80,8 @@ void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
   if (r.partial && cfg_.view != ViewMode::Full) go_partial(r.size_hint);
   if (overlay_) {
     for (const MemberDigest& d : r.members) overlay_learn(d);
-    overlay_link(from);  // the seed linked us
+    // The walks' ends link us (and give us the model): no requests of our own before the
+    // first shuffle tick, or all joiners through this seed would ask the same few members.
   }
   merge_view(r.members);
   heard_from(from);
@@ -88,7 +89,9 @@ void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
     joined_ = true;
     env_.event(ev(ProtocolEvent::Kind::Joined, from));
     if (!state_ready_ && !transfer_) {
-      if (!overlay_) {
+      if (!overlay_ || r.members.empty() || r.members.front().clock == 0) {
+        // (Partial views too when the seed has not stepped: the swarm is starting together
+        // and the transfer only confirms that its model is the shared initialisation.)
         start_state_transfer(from);
       } else {
         // Partial views: the model comes from a neighbour the join walks bring (one of
@@ -124,6 +127,8 @@ void Gossip::on_ping(const PeerId& from, const Message& msg) {
 
 void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
   const double now = env_.now();
+  constexpr std::size_t kFreshPerMessage = 2;
+  std::size_t learnt = 0;
   for (std::size_t i = 0; i < digests.size(); ++i) {
     const MemberDigest& d = digests[i];
     if (d.id == view_.self().id) {
@@ -135,8 +140,13 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
     }
     if (overlay_ && !view_.find(d.id)) {
       // Partial views keep only their members: news of others is not ours to hold, except
-      // the sender's own digest (first): a peer that reached us is a passive candidate.
-      if (i == 0) overlay_learn(d);
+      // the sender's own digest (first: a peer that reached us is a passive candidate) and up
+      // to kFreshPerMessage others, which keep the passive view a fresh random sample of the
+      // swarm between shuffles (as Cyclon's exchanges do).
+      if (i == 0 || (learnt < kFreshPerMessage && d.state == MemberState::Alive)) {
+        learnt += i > 0;
+        overlay_learn(d);
+      }
       continue;
     }
     if (auto c = view_.merge(d, now)) report_change(*c);
@@ -154,7 +164,15 @@ void Gossip::report_change(const View::Change& c) {
     case MemberState::Suspect:
       if (!c.before) env_.event(ev(K::Join, c.id));
       env_.event(ev(K::Suspect, c.id));
-      if (overlay_) overlay_lost(c.id, false);  // repair the active view at once
+      if (overlay_) {
+        // Repair the active view at once; tell it, so the link is gone on both sides if it lives.
+        if (overlay_->in_active(c.id)) {
+          OverlayMsg d;
+          d.kind = OverlayKind::Disconnect;
+          overlay_send(c.id, d);
+        }
+        overlay_lost(c.id, false);
+      }
       break;
     case MemberState::Dead:
       if (c.before) env_.event(ev(K::Dead, c.id));

@@ -120,7 +120,9 @@ void Gossip::on_state_timeout(std::uint64_t tag) {
   }
   std::vector<PeerId> others;
   for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Alive && id != failed) others.push_back(id);
+    if (m.d.state == MemberState::Alive && id != failed &&
+        (!overlay_ || overlay_->ready.count(id) || overlay_->ready.empty()))  // partial views: one with a model
+      others.push_back(id);
   start_state_transfer(others.empty() ? failed : others[env_.rng().below(others.size())]);
 }
 

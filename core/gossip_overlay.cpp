@@ -222,7 +222,36 @@ void Gossip::overlay_join(const PeerId& joiner) {
       f.subject = jd;
       overlay_send(a, f);
     }
-  overlay_link(joiner);
+  // Unlike HyParView's contact node, the seed links the joiner only if it has room: a burst of
+  // joiners through one seed would otherwise fill its active view with joiners, and the walks
+  // of the later ones would wander among joiners that have no model to give.
+  if (!overlay_->active_full()) {
+    overlay_->pending[joiner] = env_.now();
+    OverlayMsg n;
+    n.kind = OverlayKind::Neighbor;
+    n.priority = true;
+    overlay_send(joiner, n);
+  }
+}
+
+bool Gossip::is_seed(const PeerId& id) const { return std::find(seeds_.begin(), seeds_.end(), id) != seeds_.end(); }
+
+PeerId Gossip::overlay_state_source() {
+  // A member has a model to give if it said so, or if its clock moved (a joiner steps only
+  // once it has one): an active one first, else a passive one (the seed's views, from its
+  // JoinReply: spread over its neighbourhood rather than all on the seed).
+  // Not a seed: every joiner knows it, so it would serve them all (hivemind #169).
+  const auto has_model = [&](const PeerId& id) {
+    const Member* m = view_.find(id);
+    return m && m->d.state == MemberState::Alive && (overlay_->ready.count(id) || m->d.clock > 0) && !is_seed(id);
+  };
+  for (const auto* ids : {&overlay_->active(), &overlay_->passive()}) {
+    std::vector<PeerId> ready;
+    for (const auto& id : *ids)
+      if (has_model(id)) ready.push_back(id);
+    if (!ready.empty()) return ready[env_.rng().below(ready.size())];
+  }
+  return PeerId{};
 }
 
 void Gossip::on_overlay(const PeerId& from, const Message& msg) {
@@ -237,6 +266,10 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
   if (!overlay_ && cfg_.view != ViewMode::Full) go_partial(0);  // the swarm runs partial views
   merge_view(o.view);
   heard_from(from);
+  if (overlay_ && o.ready && !state_ready_) {
+    overlay_->ready.insert(from);  // a member with a model to give us (bounded: the joiner's few)
+    if (overlay_->ready.size() > 4 * overlay_->active_cap()) overlay_->ready.erase(overlay_->ready.begin());
+  }
   const MemberDigest& me = view_.self();
   if (!overlay_) {
     // Full views (--view full) among peers with partial views: hold everyone, answer plainly.
@@ -262,9 +295,14 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
     case OverlayKind::ForwardJoin: {
       const MemberDigest& j = o.subject;
       if (j.id == me.id || j.state != MemberState::Alive) return;
-      if (o.ttl > 0 && overlay_->active().size() > 1) {
+      // A member that has no model yet (joining itself) passes the walk on: the joiner's
+      // model comes from where the walk ends.
+      const bool can_serve = joined_ && state_ready_;
+      if (o.ttl > 0 && (overlay_->active().size() > 1 || !can_serve)) {
         if (o.ttl == kPassiveWalk) overlay_learn(j);
-        const PeerId next = overlay_->random_active(env_.rng(), from, j.id);
+        // (One that cannot serve may send the walk back where it came from.)
+        PeerId next = overlay_->random_active(env_.rng(), from, j.id);
+        if (next.empty() && !can_serve) next = overlay_->random_active(env_.rng(), j.id);
         if (!next.empty()) {
           OverlayMsg f;
           f.kind = OverlayKind::ForwardJoin;
@@ -295,7 +333,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
       }
       overlay_send(from, r);
       // A joiner takes the model from a neighbour the join walk brought (not from the seed).
-      if (r.kind == OverlayKind::NeighborAccept && joined_ && !state_ready_ && !transfer_ && o.ready)
+      if (r.kind == OverlayKind::NeighborAccept && joined_ && !state_ready_ && !transfer_ && o.ready && !is_seed(from))
         start_state_transfer(from);
       return;
     }
@@ -303,7 +341,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
       if (!view_.find(from) || leaving_) return;
       overlay_->pending.erase(from);
       overlay_link(from);
-      if (joined_ && !state_ready_ && !transfer_ && o.ready) start_state_transfer(from);
+      if (joined_ && !state_ready_ && !transfer_ && o.ready && !is_seed(from)) start_state_transfer(from);
       return;
     case OverlayKind::NeighborReject:
       overlay_->pending.erase(from);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ class Overlay {
   // Members we learnt are dead or left, and when: their stale digests are not taken back into
   // the passive view for a while (a bounded list; core/gossip_overlay.cpp).
   std::map<PeerId, double> buried;
+  // While joining: members that said they have a model to give (a state transfer's sources).
+  std::set<PeerId> ready;
 
  private:
   static std::vector<PeerId> sample(const std::vector<PeerId>& v, std::size_t k, Rng& rng);

@@ -11,10 +11,12 @@
 namespace rumor::sim {
 
 namespace {
-// Running and joined (a peer whose JoinRequest is still on its way is in no view yet).
+// Running, joined and holding the model (a joiner is linked by the walks of its join within a
+// few round trips, and takes the model from one of those links).
 bool running(const Simulation& sim, std::uint32_t i) {
   const PeerState s = sim.state(i);
-  return (s == PeerState::Training || s == PeerState::Settling) && sim.gossip(i) != nullptr && sim.gossip(i)->joined();
+  const Gossip* g = sim.gossip(i);
+  return (s == PeerState::Training || s == PeerState::Settling) && g != nullptr && g->joined() && g->state_ready();
 }
 }  // namespace
 

@@ -12,7 +12,7 @@ namespace rumor::sim {
 class Simulation;
 
 struct OverlayGraph {
-  std::size_t live = 0;          // running peers that have joined
+  std::size_t live = 0;          // running peers that have joined and hold the model
   std::size_t partial = 0;       // of them, running partial views
   std::size_t components = 0;    // connected components among the running peers (1: connected)
   std::size_t largest = 0;       // peers in the largest component

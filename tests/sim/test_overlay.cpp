@@ -41,7 +41,13 @@ std::string describe(const OverlayGraph& g) {
 double decay_rate(const std::vector<Sample>& s, double hi, double lo) {
   double st = 0, sy = 0, stt = 0, sty = 0;
   int n = 0;
-  const double m0 = s.front().consensus_distance * s.front().consensus_distance;
+  // From the first sample with every peer in (they join through p0 in the first milliseconds).
+  double m0 = 0;
+  for (const Sample& x : s)
+    if (x.peers == s.back().peers && x.consensus_distance > 0) {
+      m0 = x.consensus_distance * x.consensus_distance;
+      break;
+    }
   for (const Sample& x : s) {
     const double m = x.consensus_distance * x.consensus_distance;
     if (m > hi * m0 || m < lo * m0 || m <= 0) continue;
@@ -72,11 +78,11 @@ TEST_CASE("overlay: 1,000 peers joining at once through one seed form one connec
 }
 
 TEST_CASE("overlay: under continuous churn (1% of the peers replaced per second) the live overlay stays connected") {
-  // n = 1,000: 10 crashes and 10 joins per second for 60 s (the bench runs 10 minutes and 10,000).
-  Simulation sim(scn(averaging(1000, 2, 80, "partial", "[churn]\ncrash_rate = 10\njoin_rate = 10\nfrom = 10\nuntil = 70\n")));
+  // n = 1,000: 10 crashes and 10 joins per second for 15 s (the bench runs 10 minutes and 10,000).
+  Simulation sim(scn(averaging(1000, 2, 30, "partial", "[churn]\ncrash_rate = 10\njoin_rate = 10\nfrom = 10\nuntil = 25\n")));
   std::size_t worst_components = 0, samples = 0;
   OverlayGraph worst;
-  for (double t = 10; t <= 80; t += 1) {
+  for (double t = 10; t <= 30; t += 0.5) {
     sim.run_until(t);
     const OverlayGraph g = overlay_graph(sim);
     ++samples;
@@ -88,7 +94,7 @@ TEST_CASE("overlay: under continuous churn (1% of the peers replaced per second)
   MESSAGE("worst of " << samples << " samples: " << describe(worst) << "; crashes " << sim.totals().crashes
                       << ", joins " << sim.totals().joins);
   CHECK(worst_components == 1);
-  CHECK(sim.totals().crashes >= 500);
+  CHECK(sim.totals().crashes >= 100);
 }
 
 TEST_CASE("overlay: after 50% of the peers crash at once the survivors reconnect within 3 shuffle periods and keep averaging") {
@@ -113,16 +119,17 @@ TEST_CASE("overlay: after 50% of the peers crash at once the survivors reconnect
 }
 
 TEST_CASE("overlay: pure averaging on partial views contracts within 20% of the complete graph's rate") {
-  // The same 300 peers, 4 seeds each: full views (the complete graph) against partial views.
-  const int n = 300;
+  // The same 200 peers, 3 seeds each: full views (the complete graph) against partial views
+  // (active view 7, every 2nd partner from the passive view).
+  const int n = 200;
   double full = 0, partial = 0;
-  for (int seed = 1; seed <= 4; ++seed) {
+  for (int seed = 1; seed <= 3; ++seed) {
     Simulation f(scn(averaging(n, seed, 40, "full")));
     f.run();
-    full += decay_rate(f.samples(), 0.09, 1e-10) / 4;
+    full += decay_rate(f.samples(), 0.09, 1e-10) / 3;
     Simulation p(scn(averaging(n, seed, 40, "partial")));
     p.run();
-    partial += decay_rate(p.samples(), 0.09, 1e-10) / 4;
+    partial += decay_rate(p.samples(), 0.09, 1e-10) / 3;
   }
   MESSAGE("decay rate of consensus_distance^2 per second: complete " << full << ", partial " << partial);
   CHECK(partial >= 0.8 * full);
@@ -156,26 +163,38 @@ TEST_CASE("overlay: 1,000 peers joining at once through one seed all get the mod
   // join through p0 at once.
   Simulation sim(scn(averaging(200, 5, 40, "partial", "[churn]\njoin = 1000 at 20\n")));
   sim.run_until(20);
-  std::size_t most_at_once = 0;
-  for (double t = 20; t <= 40; t += 0.01) {
+  std::vector<std::uint64_t> served_before(200);
+  for (std::uint32_t i = 0; i < 200; ++i)
+    served_before[i] = sim.gossip(i) ? sim.gossip(i)->stats().state_served : 0;  // the founders' joins
+  // At a time: the joiners' snapshots a member holds (a 16-float model goes in one chunk, so
+  // that is mostly none), and the transfers a member starts within 100 ms (the burst).
+  std::size_t held = 0, most_in_100ms = 0;
+  std::vector<std::uint64_t> last(sim.ids(), 0);
+  for (std::uint32_t i = 0; i < 200; ++i) last[i] = served_before[i];
+  for (double t = 20.1; t <= 40; t += 0.1) {
     sim.run_until(t);
-    most_at_once = std::max(most_at_once, max_transfers_serving(sim));
+    held = std::max(held, max_transfers_serving(sim));
+    for (std::uint32_t i = 0; i < sim.ids(); ++i)
+      if (const Gossip* g = sim.gossip(i)) {
+        most_in_100ms = std::max<std::size_t>(most_in_100ms, g->stats().state_served - last[i]);
+        last[i] = g->stats().state_served;
+      }
   }
   std::size_t got = 0, joiners = 0;
   std::uint64_t most_served = 0;
   for (std::uint32_t i = 0; i < sim.ids(); ++i) {
     const Gossip* g = sim.gossip(i);
     if (!g) continue;
-    most_served = std::max(most_served, g->stats().state_served);
+    most_served = std::max(most_served, g->stats().state_served - (i < 200 ? served_before[i] : 0));
     if (i >= 200) {
       ++joiners;
       got += g->adopted_step().has_value();
     }
   }
   MESSAGE("joiners " << joiners << ", got the model " << got << "; most transfers one member served: " << most_served
-                     << " in all, " << most_at_once << " at a time");
+                     << " in all, " << most_in_100ms << " within 100 ms, " << held << " snapshots held at once");
   CHECK(joiners == 1000);
   CHECK(got == 1000);
-  CHECK(most_at_once <= 4);
-  CHECK(most_served <= 50);
+  CHECK(held <= 4);
+  CHECK(most_served <= 25);  // 1,000 transfers over 200 sources: 5 each on average
 }
