@@ -21,11 +21,18 @@ constexpr std::size_t kMaxSnapshots = 4;
 void Gossip::probe() {
   const double now = env_.now();
   const Member* target = nullptr;
-  // Partial views probe their active view only: per-member load and detection time do not grow with n.
-  for (const auto& [id, m] : view_.members())
+  const auto consider = [&](const Member& m) {
     if (m.d.state == MemberState::Alive && now - m.last_heard > cfg_.probe_interval_s &&
-        (!target || m.last_heard < target->last_heard) && (!overlay_ || overlay_->in_active(id)))
+        (!target || m.last_heard < target->last_heard))
       target = &m;
+  };
+  // Partial views probe their active view only: per-member load and detection time do not grow with n.
+  if (overlay_) {
+    for (const auto& id : overlay_->active())
+      if (const Member* m = view_.find(id)) consider(*m);
+  } else {
+    for (const auto& [id, m] : view_.members()) consider(m);
+  }
   if (!target) return;
   probe_ = Probe{++ping_seq_, target->d.id, now};
   env_.send(target->d.id, make_message(MsgType::Ping, PingMsg{probe_->seq, digest(), {}}));
