@@ -344,9 +344,12 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
       if (joined_ && !state_ready_ && !transfer_ && o.ready && !is_seed(from)) start_state_transfer(from);
       return;
     case OverlayKind::NeighborReject:
+      // Not asked again for a shuffle period; the next candidate is asked at the next shuffle
+      // tick, not at once (when every view is full, asking down the passive view at once is a
+      // storm of requests and rejections for nothing).
       overlay_->pending.erase(from);
       overlay_->declined[from] = env_.now() + cfg_.shuffle_interval_s;
-      overlay_fill();
+      if (overlay_->active().empty()) overlay_fill();
       return;
     case OverlayKind::Disconnect:
       overlay_->pending.erase(from);
