@@ -76,6 +76,7 @@ void Gossip::start(const std::vector<PeerId>& seeds) {
     if (std::isfinite(cfg_.join_timeout_s)) env_.set_timer(cfg_.join_timeout_s, timer_id(kJoinDeadline, ++timer_seq_));
   }
   env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
+  if (cfg_.view == ViewMode::Partial) go_partial(0);
 }
 
 double Gossip::my_weight() const {
@@ -142,7 +143,13 @@ bool Gossip::start_exchange(Partners partners) {
     return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id) &&
            (partners == Partners::Any || useful(m));
   };
-  if (cfg_.neighbours.empty()) {
+  // Partial views: the active view, and every fresh_every-th draw the passive view.
+  const bool bounded = overlay_ && cfg_.neighbours.empty();
+  if (bounded) {
+    if (auto p = overlay_partner(partners)) candidates.push_back(*p);
+    else return false;
+  }
+  if (!bounded && cfg_.neighbours.empty()) {
     // Uniform over the usable Alive members. Most are usable, so a few random draws from the
     // Alive list find one in O(1) even in a swarm of thousands; only when those all miss is
     // the list scanned.
@@ -155,7 +162,7 @@ bool Gossip::start_exchange(Partners partners) {
       }
     }
   }
-  if (candidates.empty()) {
+  if (!bounded && candidates.empty()) {
     std::vector<PeerId> finished;  // usable, but not preferred: taken only if nobody preferred is alive
     bool anyone_preferred = false;
     const auto consider = [&](const PeerId& id, const Member& m) {
@@ -362,6 +369,15 @@ std::size_t Gossip::SentSnapshot::bytes() const {
 
 void Gossip::on_send_failed(const PeerId& peer, const std::string& reason) {
   if (!joined_ && std::find(seeds_.begin(), seeds_.end(), peer) != seeds_.end()) join_errors_[peer] = reason;
+  // Partial views: an unreachable member leaves the active view at once (repaired from the
+  // passive view); a passive one we asked to link is forgotten.
+  if (overlay_ && (overlay_->in_active(peer) || overlay_->pending.count(peer))) {
+    if (overlay_->pending.count(peer)) overlay_->remove(peer);
+    overlay_lost(peer, false);
+  } else if (overlay_ && overlay_->in_passive(peer)) {
+    overlay_->remove(peer);  // a stale candidate (a fresh draw found it gone): not taken back for a while
+    overlay_->buried[peer] = env_.now();
+  }
   if (auto i = find_out(peer); i != npos)
     fail_exchange(i, "unreachable: " + reason, false);
   else
@@ -417,6 +433,18 @@ void Gossip::on_timer(std::uint64_t id) {
         left_ = true;
       }
       break;
+    case kShuffle:
+      overlay_shuffle();
+      break;
+    case kOverlayState:
+      // Partial views: no neighbour brought by the join walk had a model for us in time.
+      overlay_fill();  // no walk linked us: our own requests
+      if (joined_ && !state_ready_ && !transfer_) {
+        PeerId source = overlay_ ? overlay_state_source() : PeerId{};
+        if (source.empty() && !seeds_.empty()) source = seeds_[env_.rng().below(seeds_.size())];
+        if (!source.empty()) start_state_transfer(source);
+      }
+      break;
     case kSuspectCheck: {
       std::vector<PeerId> expired;
       for (const auto& [pid, m] : view_.members())
@@ -445,6 +473,7 @@ void Gossip::on_message(const PeerId& from, const Message& msg) {
     case MsgType::StateChunk: return on_state_chunk(from, msg);
     case MsgType::Leave: return on_leave(from, msg);
     case MsgType::LeaveAck: return on_leave_ack(from, msg);
+    case MsgType::Overlay: return on_overlay(from, msg);
     default:
       return reject(from, std::string("unexpected message type ") + msg_type_name(msg.type));
   }

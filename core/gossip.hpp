@@ -53,6 +53,7 @@
 #include "core/message.hpp"
 #include "core/mix.hpp"
 #include "core/outer.hpp"
+#include "core/overlay.hpp"
 #include "core/protocol_messages.hpp"
 #include "core/robust.hpp"
 #include "core/view.hpp"
@@ -60,6 +61,11 @@
 namespace rumor {
 
 enum class MixWeight { Uniform, Samples };
+// Full: every peer holds every member it has heard of (O(n) per peer). Partial: bounded active
+// and passive views (HyParView; core/overlay.hpp, core/gossip_overlay.cpp). Auto: full while
+// the swarm is small, partial once a peer knows of more than `view_threshold` members or joins
+// a swarm that runs partial views.
+enum class ViewMode { Full, Partial, Auto };
 
 struct GossipConfig {
   std::uint64_t local_steps = 1;     // H: exchange every H local steps
@@ -140,6 +146,19 @@ struct GossipConfig {
   // Test-only (the simulator's `faults.mutation = keep_dead`, docs/testing.md): a suspect is
   // never declared dead, so a crashed member is never removed. Never set by the daemon.
   bool test_keep_dead = false;
+  // Membership views (core/gossip_overlay.cpp, docs/ARCHITECTURE.md "Membership"). Auto keeps
+  // full views up to view_threshold members: below that a full view costs little (64 digests
+  // of about 150 bytes) and its neighbour choice is the complete graph's; above it memory per
+  // peer and the probe scan grow with n, and a partial view's log2 n + 1 neighbours suffice.
+  ViewMode view = ViewMode::Auto;
+  std::size_t view_threshold = 64;
+  std::size_t active_view = 0;   // 0: log2(n) + 1 (at least 4) for the swarm's size when it went partial
+  std::size_t passive_view = 0;  // 0: 6 x active_view
+  double shuffle_interval_s = 2.0;
+  // Every k-th exchange partner is drawn from the passive view (a fresh random sample of the
+  // swarm, refreshed by shuffles) rather than the active view, so mixing stays close to the
+  // complete graph's; 0: always the active view.
+  std::size_t fresh_every = 2;
 };
 
 struct GossipStats {
@@ -158,6 +177,8 @@ struct GossipStats {
   double last_distance = 0;           // relative model distance at the last exchange
   std::uint64_t robust_clipped = 0;   // received models clipped by robust mixing
   std::uint64_t robust_refused = 0;   // received models refused by robust mixing (nothing mixed)
+  std::uint64_t state_served = 0;     // state transfers served (first chunk requests answered)
+  std::uint64_t overlay_sent = 0;     // Overlay messages sent (partial views)
 };
 
 class Gossip {
@@ -262,6 +283,12 @@ class Gossip {
   };
   std::vector<OpenExchange> open_exchanges() const;
   const GossipConfig& config() const { return cfg_; }
+  // Partial views (core/gossip_overlay.cpp): whether this peer runs them, and its views (null
+  // while it runs full views).
+  bool partial() const { return overlay_ != nullptr; }
+  const Overlay* overlay() const { return overlay_.get(); }
+  // Joiners' snapshots this peer holds now (state transfers it is serving).
+  std::size_t transfers_serving() const { return snapshots_.size(); }
 
  private:
   // A snapshot of ours as sent: its payloads (several chunks for codec none and a large
@@ -295,7 +322,8 @@ class Gossip {
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
-    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8, kIncomingDeadline = 9, kJoinDeadline = 10
+    kProbeIndirect = 6, kStateTimeout = 7, kLeaveTimeout = 8, kIncomingDeadline = 9, kJoinDeadline = 10,
+    kShuffle = 11, kOverlayState = 12
   };
   static std::uint64_t timer_id(TimerKind k, std::uint64_t seq) { return (std::uint64_t(k) << 56) | seq; }
 
@@ -345,6 +373,33 @@ class Gossip {
   void on_state_chunk(const PeerId& from, const Message& msg);
   void on_leave(const PeerId& from, const Message& msg);
   void on_leave_ack(const PeerId& from, const Message& msg);
+  // Partial views (gossip_overlay.cpp).
+  void on_overlay(const PeerId& from, const Message& msg);
+  void overlay_send(const PeerId& to, OverlayMsg m);
+  // Switches to partial views if the mode and the view's size say so.
+  void maybe_go_partial(std::uint64_t size_hint = 0);
+  void go_partial(std::uint64_t size_hint);
+  // The seed's side of a join in partial views: link the joiner, start its random walks.
+  void overlay_join(const PeerId& joiner);
+  // Takes a member into View and the passive view (unless it is known dead or is ourselves).
+  void overlay_learn(const MemberDigest& d);
+  // Links a member into the active view (sending Disconnect to one it drops).
+  void overlay_link(const PeerId& id);
+  // Sends Neighbor requests to passive members until active + pending reach the capacity.
+  void overlay_fill();
+  // A member changed state or failed: repair the active view at once.
+  void overlay_lost(const PeerId& id, bool dead);
+  void overlay_shuffle();
+  // Erases from View the members in no view and no exchange (bounded memory).
+  void overlay_trim();
+  void overlay_accept_sample(const std::vector<MemberDigest>& sample);
+  std::vector<MemberDigest> overlay_sample(bool with_active);
+  // The exchange partner in partial views: an active member, every fresh_every-th a passive one.
+  std::optional<PeerId> overlay_partner(Partners partners);
+  // A joiner's state-transfer source in partial views: an active member that said it has a
+  // model (empty: none known).
+  PeerId overlay_state_source();
+  bool is_seed(const PeerId& id) const;
   void probe();
   void ping_dead();
   void on_probe_timer(TimerKind kind, std::uint64_t seq);
@@ -379,7 +434,12 @@ class Gossip {
   // The header of an exchange message of ours: id, our clock, `weight`, codec, size, a view digest.
   ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight);
   double my_weight() const;
-  std::vector<MemberDigest> digest() { return view_.digest(cfg_.digest_limit, env_.rng()); }
+  // Partial views piggyback at most twice the active view's size: ours, and a sample of the
+  // members we hold (their clocks and states reach those who hold them too).
+  std::vector<MemberDigest> digest() {
+    return view_.digest(overlay_ ? std::min(cfg_.digest_limit, 2 * overlay_->active_cap()) : cfg_.digest_limit,
+                        env_.rng());
+  }
   ProtocolEvent ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason = {}) const;
 
   Env& env_;
@@ -480,6 +540,10 @@ class Gossip {
   std::map<PeerId, std::pair<std::uint64_t, std::uint64_t>> answered_;
   GossipStats stats_;
   OuterOptimizer outer_{cfg_.outer};
+  // Partial views (null: full views).
+  std::unique_ptr<Overlay> overlay_;
+  std::uint64_t size_hint_ = 0;      // the swarm's size as far as we can tell (JoinReply)
+  std::uint64_t partner_draws_ = 0;  // for fresh_every
 };
 
 }  // namespace rumor

@@ -55,6 +55,17 @@ void Gossip::on_join_request(const PeerId& from, const Message& msg) {
   if (j.self.id != from) return reject(from, "join request names another peer (" + j.self.id + ")");
   merge_view({j.self});
   heard_from(from);
+  maybe_go_partial();
+  if (overlay_) {
+    // Partial views: link the joiner, send its walks, and give it our views (not the swarm).
+    overlay_join(from);
+    JoinReplyMsg r{{view_.self()}, true, std::max<std::uint64_t>(size_hint_, view_.live_count() + 1)};
+    for (const auto* ids : {&overlay_->active(), &overlay_->passive()})
+      for (const auto& id : *ids)
+        if (const Member* m = view_.find(id)) r.members.push_back(m->d);
+    env_.send(from, make_message(r));
+    return;
+  }
   JoinReplyMsg r{view_.digest(1024, env_.rng())};
   env_.send(from, make_message(r));
 }
@@ -66,12 +77,29 @@ void Gossip::on_join_reply(const PeerId& from, const Message& msg) {
   } catch (const DecodeError& e) {
     return reject(from, e.what());
   }
+  if (r.partial && cfg_.view != ViewMode::Full) go_partial(r.size_hint);
+  if (overlay_) {
+    for (const MemberDigest& d : r.members) overlay_learn(d);
+    // The walks' ends link us (and give us the model): no requests of our own before the
+    // first shuffle tick, or all joiners through this seed would ask the same few members.
+  }
   merge_view(r.members);
   heard_from(from);
   if (!joined_) {
     joined_ = true;
     env_.event(ev(ProtocolEvent::Kind::Joined, from));
-    if (!state_ready_ && !transfer_) start_state_transfer(from);
+    if (!state_ready_ && !transfer_) {
+      if (!overlay_ || r.members.empty() || r.members.front().clock == 0) {
+        // (Partial views too when the seed has not stepped: the swarm is starting together
+        // and the transfer only confirms that its model is the shared initialisation.)
+        start_state_transfer(from);
+      } else {
+        // Partial views: the model comes from a neighbour the join walks bring (one of
+        // thousands of joiners through one seed must not all fetch from the seed), or from an
+        // active member if none has come within state_timeout_s (kOverlayState).
+        env_.set_timer(cfg_.state_timeout_s, timer_id(kOverlayState, ++timer_seq_));
+      }
+    }
   }
 }
 
@@ -99,7 +127,10 @@ void Gossip::on_ping(const PeerId& from, const Message& msg) {
 
 void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
   const double now = env_.now();
-  for (const MemberDigest& d : digests) {
+  constexpr std::size_t kFreshPerMessage = 2;
+  std::size_t learnt = 0;
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    const MemberDigest& d = digests[i];
     if (d.id == view_.self().id) {
       // Somebody thinks we are suspect or dead: refute with a higher incarnation (SWIM).
       MemberDigest& me = view_.self();
@@ -107,8 +138,20 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
         me.incarnation = d.incarnation + 1;
       continue;
     }
+    if (overlay_ && !view_.find(d.id)) {
+      // Partial views keep only their members: news of others is not ours to hold, except
+      // the sender's own digest (first: a peer that reached us is a passive candidate) and up
+      // to kFreshPerMessage others, which keep the passive view a fresh random sample of the
+      // swarm between shuffles (as Cyclon's exchanges do).
+      if (i == 0 || (learnt < kFreshPerMessage && d.state == MemberState::Alive)) {
+        learnt += i > 0;
+        overlay_learn(d);
+      }
+      continue;
+    }
     if (auto c = view_.merge(d, now)) report_change(*c);
   }
+  if (!overlay_ && cfg_.view == ViewMode::Auto && view_.live_count() + 1 > cfg_.view_threshold) go_partial(0);
 }
 
 void Gossip::report_change(const View::Change& c) {
@@ -121,9 +164,19 @@ void Gossip::report_change(const View::Change& c) {
     case MemberState::Suspect:
       if (!c.before) env_.event(ev(K::Join, c.id));
       env_.event(ev(K::Suspect, c.id));
+      if (overlay_) {
+        // Repair the active view at once; tell it, so the link is gone on both sides if it lives.
+        if (overlay_->in_active(c.id)) {
+          OverlayMsg d;
+          d.kind = OverlayKind::Disconnect;
+          overlay_send(c.id, d);
+        }
+        overlay_lost(c.id, false);
+      }
       break;
     case MemberState::Dead:
       if (c.before) env_.event(ev(K::Dead, c.id));
+      if (overlay_) overlay_lost(c.id, true);
       break;
     case MemberState::Left: {
       if (c.before) env_.event(ev(K::Leave, c.id));
@@ -139,6 +192,7 @@ void Gossip::report_change(const View::Change& c) {
       const std::size_t i = find_out(c.id);
       if (i != static_cast<std::size_t>(-1) && !out_[i].accepted && c.id == direct_leave_)
         decline_exchange(i, "the peer left the swarm");
+      if (overlay_) overlay_lost(c.id, true);
       break;
     }
   }

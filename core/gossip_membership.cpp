@@ -26,10 +26,18 @@ void Gossip::probe() {
   if (probe_) return;
   const double now = env_.now();
   const Member* target = nullptr;
-  for (const auto& [id, m] : view_.members())
+  const auto consider = [&](const Member& m) {
     if (m.d.state == MemberState::Alive && now - m.last_heard > cfg_.probe_interval_s &&
         (!target || m.last_heard < target->last_heard))
       target = &m;
+  };
+  // Partial views probe their active view only: per-member load and detection time do not grow with n.
+  if (overlay_) {
+    for (const auto& id : overlay_->active())
+      if (const Member* m = view_.find(id)) consider(*m);
+  } else {
+    for (const auto& [id, m] : view_.members()) consider(m);
+  }
   if (!target) return;
   probe_ = Probe{++ping_seq_, target->d.id, now};
   env_.send(target->d.id, make_message(MsgType::Ping, PingMsg{probe_->seq, digest(), {}}));
@@ -79,7 +87,8 @@ void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
     // Ask a few others to ping it for us: a slow link between us is not a dead peer.
     std::vector<PeerId> helpers;
     for (const auto& [id, mm] : view_.members())
-      if (mm.d.state == MemberState::Alive && id != probe_->target) helpers.push_back(id);
+      if (mm.d.state == MemberState::Alive && id != probe_->target && (!overlay_ || overlay_->in_active(id)))
+        helpers.push_back(id);
     for (std::size_t i = 0; i < cfg_.indirect_probes && !helpers.empty(); ++i) {
       const std::size_t j = env_.rng().below(helpers.size());
       env_.send(helpers[j], make_message(PingReqMsg{probe_->seq, probe_->target, digest()}));
@@ -150,7 +159,9 @@ void Gossip::on_state_timeout(std::uint64_t tag) {
   }
   std::vector<PeerId> others;
   for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Alive && id != failed) others.push_back(id);
+    if (m.d.state == MemberState::Alive && id != failed &&
+        (!overlay_ || overlay_->ready.count(id) || overlay_->ready.empty()))  // partial views: one with a model
+      others.push_back(id);
   start_state_transfer(others.empty() ? failed : others[env_.rng().below(others.size())]);
 }
 
@@ -186,6 +197,7 @@ void Gossip::on_state_request(const PeerId& from, const Message& msg) {
     return;
   }
   if (it == snapshots_.end()) {
+    ++stats_.state_served;
     if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
     it = snapshots_.emplace(key, Snapshot{encode_params(params_), clock_, now, extra_state_}).first;
   }

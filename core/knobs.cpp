@@ -98,7 +98,26 @@ const Knob kKnobs[] = {
     {"probe_interval", "gossip", T::Seconds, 0.01, 60, nullptr, "s", kNet,
      "SWIM failure detector period: a silent peer is probed, then suspected, then dead after suspect_timeout", kAll,
      RUMOR_FIELD(gossip.probe_interval_s)},
+    {"view", "gossip", T::Choice, 0, 0, "full|partial|auto", "", kNet,
+     "Membership views: full (every member), partial (bounded active and passive views, HyParView), or auto "
+     "(full up to view_threshold members, then partial)",
+     kAll, RUMOR_FIELD(gossip.view)},
+    {"view_threshold", "gossip", T::Count, 1, 1e9, nullptr, "members", kNet,
+     "With view auto: switch to partial views above this many members", kAll, RUMOR_FIELD(gossip.view_threshold)},
+    {"active_view", "gossip", T::Count, 0, 10000, nullptr, "members", kNet,
+     "Partial views: members exchanged with and probed (0: log2(n) + 1, at least 4)", kAll,
+     RUMOR_FIELD(gossip.active_view)},
+    {"passive_view", "gossip", T::Count, 0, 100000, nullptr, "members", kNet,
+     "Partial views: candidates the active view is repaired from (0: 6 x active_view)", kAll,
+     RUMOR_FIELD(gossip.passive_view)},
     // Tuning.
+    {"shuffle_interval", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kTune,
+     "Partial views: seconds between shuffles that refresh the passive view", kAll,
+     RUMOR_FIELD(gossip.shuffle_interval_s)},
+    {"fresh_every", "gossip", T::Count, 0, 1000, nullptr, "", kTune,
+     "Partial views: every k-th exchange partner comes from the passive view, a fresh random sample of the swarm "
+     "(0: never)",
+     kAll, RUMOR_FIELD(gossip.fresh_every)},
     {"probe_timeout", "gossip", T::Seconds, 0.001, 60, nullptr, "s", kTune,
      "Seconds a SWIM ping has before indirect probes (default: min(0.25, probe_interval / 2))", kAll,
      RUMOR_FIELD(gossip.probe_timeout_s), nullptr, "auto"},
@@ -274,6 +293,7 @@ void set_knob(const Knob& k, LoopSettings& s, std::string_view value) {
     case T::Choice: {
       const int i = choice_index(k, value);
       if (auto* m = std::get_if<MixWeight*>(&f)) **m = static_cast<MixWeight>(i);
+      else if (auto* v = std::get_if<ViewMode*>(&f)) **v = static_cast<ViewMode>(i);
       else *std::get<PayloadCodec*>(f) = parse_codec(choice_text(k, i));
       return;
     }
@@ -287,6 +307,7 @@ std::string knob_value(const Knob& k, const LoopSettings& s) {
   if (auto* i = std::get_if<int*>(&f)) return std::to_string(**i);
   if (auto* b = std::get_if<bool*>(&f)) return **b ? "true" : "false";
   if (auto* m = std::get_if<MixWeight*>(&f)) return choice_text(k, static_cast<int>(**m));
+  if (auto* v = std::get_if<ViewMode*>(&f)) return choice_text(k, static_cast<int>(**v));
   return codec_name(**std::get_if<PayloadCodec*>(&f));
 }
 

@@ -46,7 +46,7 @@ struct Knob {
   static constexpr unsigned kDaemon = 1, kSim = 2, kPython = 4, kAll = 7;
   // The group of the stop rules (rumor-peer --help lists it before the network's).
   static constexpr const char* kStopGroup = "When to stop (the first reached)";
-  using Field = std::variant<double*, std::uint64_t*, int*, bool*, MixWeight*, PayloadCodec*>;
+  using Field = std::variant<double*, std::uint64_t*, int*, bool*, MixWeight*, PayloadCodec*, ViewMode*>;
 
   const char* name;     // snake_case: the Python keyword and the scenario key's last part
   const char* section;  // the scenario section: run, workload, gossip or output

@@ -27,6 +27,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::LeaveAck: return "LeaveAck";
     case MsgType::ExchangePayload: return "ExchangePayload";
     case MsgType::ExchangeAccept: return "ExchangeAccept";
+    case MsgType::Overlay: return "Overlay";
   }
   return "Unknown";
 }

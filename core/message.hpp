@@ -20,8 +20,9 @@ using Bytes = std::vector<std::uint8_t>;
 // 2: the frame checksum covers the payload through its own digest; 3: the hash is XXH3-64;
 // 4: the state transfer can carry the source's extra state after the model; 5: an exchange's
 // snapshot can travel in chunks, each its own message; 6: a member's digest carries its samples
-// and whether it has finished training (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 6;
+// and whether it has finished training; 7: partial views (the Overlay message, JoinReply says
+// whether the swarm runs partial views) (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 7;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)
@@ -39,8 +40,9 @@ enum class MsgType : std::uint16_t {
   LeaveAck = 13,       // the neighbour took a leaving peer's model
   ExchangePayload = 14,  // the initiator's snapshot, after a payload-less ExchangeRequest (streamed exchange)
   ExchangeAccept = 15,   // the responder checked and mixed that snapshot: the initiator may mix the reply
+  Overlay = 16,          // partial views (HyParView): join walks, neighbour links, shuffles (core/overlay.hpp)
 };
-constexpr std::uint16_t kMaxMsgType = 15;
+constexpr std::uint16_t kMaxMsgType = 16;
 
 const char* msg_type_name(MsgType t);
 

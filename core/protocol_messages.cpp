@@ -27,6 +27,7 @@ Message make_message(const StateChunkMsg& m, std::shared_ptr<const Bytes> payloa
 Message make_message(const LeaveMsg& m, std::shared_ptr<const Bytes> payload) {
   return {MsgType::Leave, encode_struct(m), std::move(payload)};
 }
+Message make_message(const OverlayMsg& m) { return {MsgType::Overlay, encode_struct(m), nullptr}; }
 
 namespace {
 void check_view(const std::vector<MemberDigest>& v, const char* what) {
@@ -81,6 +82,23 @@ StateChunkMsg decode_state_chunk(const Message& m) {
 LeaveMsg decode_leave(const Message& m) {
   auto r = decode_struct<LeaveMsg>(m.header, "Leave");
   check_view(r.view, "Leave");
+  return r;
+}
+
+OverlayMsg decode_overlay(const Message& m) {
+  auto r = decode_struct<OverlayMsg>(m.header, "Overlay");
+  if (static_cast<std::uint8_t>(r.kind) > kMaxOverlayKind)
+    throw DecodeError("malformed Overlay: unknown kind " + std::to_string(int(r.kind)));
+  if (r.ttl > kMaxOverlayTtl) throw DecodeError("malformed Overlay: ttl " + std::to_string(int(r.ttl)) + " over the limit");
+  if (r.peers.size() > kMaxOverlayPeers)
+    throw DecodeError("malformed Overlay: " + std::to_string(r.peers.size()) + " peers in a sample (at most " +
+                      std::to_string(kMaxOverlayPeers) + ")");
+  const bool has_subject = r.kind == OverlayKind::ForwardJoin || r.kind == OverlayKind::Shuffle ||
+                           r.kind == OverlayKind::ShuffleReply;
+  if (has_subject) check_view({r.subject}, "Overlay");
+  check_view(r.peers, "Overlay");
+  check_view(r.view, "Overlay");
+  if (r.view.empty()) throw DecodeError("malformed Overlay: no sender digest");
   return r;
 }
 

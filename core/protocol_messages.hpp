@@ -21,7 +21,36 @@ struct JoinRequestMsg {
 
 struct JoinReplyMsg {
   std::vector<MemberDigest> members;  // the responder's whole view, itself first
-  template <class A> void serialize(A& ar) { ar(members); }
+  // Version 7: the responder runs partial views (the joiner then keeps bounded views too, and
+  // `members` is its active and passive views), and its estimate of the swarm's size.
+  bool partial = false;
+  std::uint64_t size_hint = 0;
+  template <class A> void serialize(A& ar) { ar(members, partial, size_hint); }
+};
+
+// Partial views (version 7; core/overlay.hpp, core/gossip_overlay.cpp): one message type whose
+// `kind` says what it is, as in HyParView (Leitao et al. 2007).
+enum class OverlayKind : std::uint8_t {
+  ForwardJoin = 0,     // `subject` joined through a member: a random walk of `ttl` hops more
+  Neighbor = 1,        // "take me into your active view" (`priority`: my active view is empty)
+  NeighborAccept = 2,  // taken: both sides now hold each other in their active views
+  NeighborReject = 3,  // not taken (the active view is full): try another
+  Disconnect = 4,      // "I dropped you from my active view" (you may keep me as passive)
+  Shuffle = 5,         // `subject`'s sample of its views (`peers`), walking `ttl` hops more
+  ShuffleReply = 6,    // the walk's end answers `subject` with a sample of its passive view
+};
+constexpr std::uint8_t kMaxOverlayKind = 6;
+constexpr std::uint8_t kMaxOverlayTtl = 32;
+constexpr std::size_t kMaxOverlayPeers = 64;
+struct OverlayMsg {
+  OverlayKind kind = OverlayKind::Neighbor;
+  std::uint8_t ttl = 0;
+  bool priority = false;
+  bool ready = false;             // the sender has a model to give a joiner (state transfer)
+  MemberDigest subject;           // ForwardJoin: the joiner; Shuffle, ShuffleReply: the origin
+  std::vector<MemberDigest> peers;  // Shuffle, ShuffleReply: the sample (at most kMaxOverlayPeers)
+  std::vector<MemberDigest> view;   // piggybacked membership (sender first)
+  template <class A> void serialize(A& ar) { ar(kind, ttl, priority, ready, subject, peers, view); }
 };
 
 // Request, reply, payload and accept of a push-pull exchange carry the same fields.
@@ -111,6 +140,7 @@ Message make_message(const PingReqMsg& m);
 Message make_message(const StateRequestMsg& m);
 Message make_message(const StateChunkMsg& m, std::shared_ptr<const Bytes> payload);
 Message make_message(const LeaveMsg& m, std::shared_ptr<const Bytes> payload);
+Message make_message(const OverlayMsg& m);
 
 // Throw DecodeError (core/serial.hpp) with the message name on malformed input.
 JoinRequestMsg decode_join_request(const Message& m);
@@ -122,6 +152,7 @@ PingReqMsg decode_ping_req(const Message& m);
 StateRequestMsg decode_state_request(const Message& m);
 StateChunkMsg decode_state_chunk(const Message& m);
 LeaveMsg decode_leave(const Message& m);
+OverlayMsg decode_overlay(const Message& m);
 
 // Parameters as a payload (codec None) and back.
 std::shared_ptr<const Bytes> encode_params(std::span<const float> params);

@@ -113,6 +113,24 @@ void View::state_changed(Member& m, MemberState before) {
   }
 }
 
+bool View::erase(const PeerId& id) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return false;
+  Member& m = it->second;
+  live_count_ -= m.live();
+  live_trainers_ -= m.live_trainer();
+  if (m.d.state == MemberState::Alive) {
+    Member* last = alive_.back();
+    alive_[m.alive_pos] = last;
+    last->alive_pos = m.alive_pos;
+    alive_.pop_back();
+  }
+  // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
+  all_.erase(std::find(all_.begin(), all_.end(), &m));
+  members_.erase(it);
+  return true;
+}
+
 Member* View::find(const PeerId& id) {
   auto it = members_.find(id);
   return it == members_.end() ? nullptr : &it->second;
@@ -141,6 +159,18 @@ std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   // partial Fisher-Yates shuffle of the indices 0..n-1 whose few swapped entries are kept in
   // a small list (index -> value) instead of an n-element array.
   const std::size_t n = all_.size(), k = limit - 1;
+  if (n <= 8 * k) {
+    // A small view (partial views): the same draws on a dense permutation, so the same subset
+    // as below at O(n) instead of O(k^2).
+    std::vector<std::uint32_t> perm(n);
+    for (std::size_t i = 0; i < n; ++i) perm[i] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::size_t j = i + rng.below(n - i);
+      std::swap(perm[i], perm[j]);
+      out.push_back(all_[perm[i]]->d);
+    }
+    return out;
+  }
   std::vector<std::pair<std::size_t, std::size_t>> moved;  // sparse permutation, k*2 entries at most
   moved.reserve(2 * k);
   const auto at = [&](std::size_t i) {

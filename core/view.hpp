@@ -87,6 +87,9 @@ class View {
   std::optional<Change> merge(const MemberDigest& d, double now);
   // Local decisions (failure detector, graceful leave).
   std::optional<Change> set_state(const PeerId& id, MemberState s, double now);
+  // Forgets a member altogether (partial views keep View to the members of their views).
+  // Its samples stay counted in others_samples(). False if it was not known.
+  bool erase(const PeerId& id);
 
   Member* find(const PeerId& id);
   const Member* find(const PeerId& id) const;

@@ -256,10 +256,10 @@ TEST_CASE("frame: each malformed fixed header is Bad with its reason") {
   }
   SUBCASE("wrong version") {
     FrameHeader h = good;
-    h.version = 7;
+    h.version = kProtocolVersion + 1;
     const auto r = decode_bad(craft(h));
     REQUIRE(r.bad());
-    CHECK(r.reason == "protocol version 7, we speak " + std::to_string(kProtocolVersion));
+    CHECK(r.reason == "protocol version " + std::to_string(kProtocolVersion + 1) + ", we speak " + std::to_string(kProtocolVersion));
   }
   SUBCASE("unknown type 0 and kMaxMsgType + 1") {
     for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t(kMaxMsgType + 1), std::uint16_t{0xFFFF}}) {

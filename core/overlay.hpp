@@ -1,0 +1,73 @@
+// Partial views (HyParView, Leitao, Pereira and Rodrigues, DSN 2007): which members a peer
+// exchanges with and probes (the active view, about log2 n + 1, kept symmetric: a link is made
+// by Neighbor/NeighborAccept and broken by Disconnect), and which it knows as candidates to
+// repair it with (the passive view, about 6 times larger, refreshed by shuffles that walk the
+// overlay). Pure bookkeeping: no messages, no clock, randomness only through the Rng passed
+// in. Gossip (core/gossip_overlay.cpp) owns one and keeps View (core/view.hpp) to these
+// members, so a peer's memory is O(view), not O(n).
+//
+// Invariants: active and passive are disjoint, never hold ourselves, and stay within their
+// capacities; a member is in `pending` only while it is in passive.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/message.hpp"
+#include "core/rng.hpp"
+
+namespace rumor {
+
+class Overlay {
+ public:
+  Overlay(std::size_t active_cap, std::size_t passive_cap) : active_cap_(active_cap), passive_cap_(passive_cap) {}
+
+  std::size_t active_cap() const { return active_cap_; }
+  std::size_t passive_cap() const { return passive_cap_; }
+  const std::vector<PeerId>& active() const { return active_; }
+  const std::vector<PeerId>& passive() const { return passive_; }
+  bool in_active(const PeerId& id) const;
+  bool in_passive(const PeerId& id) const;
+  bool active_full() const { return active_.size() >= active_cap_; }
+
+  // Adds `id` to the active view (out of the passive view). If the view was full, a random
+  // other member is dropped to the passive view and returned (the caller sends it Disconnect).
+  std::optional<PeerId> add_active(const PeerId& id, Rng& rng);
+  // Adds `id` to the passive view unless it is active; a full view drops a random entry, which
+  // is returned (the caller forgets it unless it is used elsewhere).
+  std::optional<PeerId> add_passive(const PeerId& id, Rng& rng);
+  // Moves an active member to the passive view (Disconnect received, suspected). True if it was active.
+  bool demote(const PeerId& id, Rng& rng);
+  // Forgets `id` everywhere (dead, left, unreachable). True if it was in either view.
+  bool remove(const PeerId& id);
+
+  // A uniformly random member of a view, excluding up to two ids; empty if none.
+  PeerId random_active(Rng& rng, const PeerId& not1 = {}, const PeerId& not2 = {}) const;
+  PeerId random_passive(Rng& rng, const PeerId& not1 = {}) const;
+  // Up to k distinct random members of a view.
+  std::vector<PeerId> sample_active(std::size_t k, Rng& rng) const;
+  std::vector<PeerId> sample_passive(std::size_t k, Rng& rng) const;
+
+  // Neighbor requests sent and not answered: id -> when asked.
+  std::map<PeerId, double> pending;
+  // Members that declined a Neighbor request: not asked again before the time given.
+  std::map<PeerId, double> declined;
+  // Members we learnt are dead or left, and when: their stale digests are not taken back into
+  // the passive view for a while (a bounded list; core/gossip_overlay.cpp).
+  std::map<PeerId, double> buried;
+  // While joining: members that said they have a model to give (a state transfer's sources).
+  std::set<PeerId> ready;
+
+ private:
+  static std::vector<PeerId> sample(const std::vector<PeerId>& v, std::size_t k, Rng& rng);
+  std::size_t active_cap_, passive_cap_;
+  std::vector<PeerId> active_, passive_;
+};
+
+// log2(n) + 1, at least 4: the active view's default size for an estimated swarm of n.
+std::size_t default_active_view(std::size_t n);
+
+}  // namespace rumor

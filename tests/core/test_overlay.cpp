@@ -1,0 +1,169 @@
+// Partial views (core/overlay.hpp, core/gossip_overlay.cpp) in the in-memory cluster: views
+// stay bounded and symmetric, a crashed neighbour is replaced from the passive view, averaging
+// goes on over the active views, the Overlay message decodes strictly, and malformed or
+// misaddressed overlay input is refused and changes nothing.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "cluster.hpp"
+#include "core/overlay.hpp"
+
+using namespace rumor;
+using namespace rumor::testing;
+
+namespace {
+Cluster partial_cluster(int n, std::size_t active, std::size_t passive) {
+  Cluster c;
+  c.step_time = 0.05;  // 20 exchanges a second per peer: enough for the overlay's timings
+  c.cfg.view = ViewMode::Partial;
+  c.cfg.active_view = active;
+  c.cfg.passive_view = passive;
+  for (int i = 0; i < n; ++i)
+    c.add("p" + std::to_string(i), {float(i), 0, 0}, i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{},
+          std::uint64_t(i + 1));
+  return c;
+}
+}  // namespace
+
+TEST_CASE("overlay: bookkeeping keeps the views disjoint, bounded and without duplicates") {
+  Overlay o(3, 5);
+  Rng r(7);
+  for (int i = 0; i < 20; ++i) o.add_passive("m" + std::to_string(i), r);
+  CHECK(o.passive().size() == 5);
+  for (int i = 0; i < 6; ++i) {
+    const PeerId id = o.passive()[0];
+    const auto dropped = o.add_active(id, r);
+    CHECK(o.in_active(id));
+    CHECK_FALSE(o.in_passive(id));
+    CHECK(bool(dropped) == (i >= 3));  // a full active view drops one to the passive view
+  }
+  CHECK(o.active().size() == 3);
+  CHECK(o.passive().size() <= 5);
+  for (const auto& a : o.active()) CHECK_FALSE(o.in_passive(a));
+  CHECK(o.add_active(o.active()[0], r) == std::nullopt);  // already there
+  const PeerId a0 = o.active()[0];
+  CHECK(o.demote(a0, r));
+  CHECK(o.in_passive(a0) != o.in_active(a0));
+  CHECK(o.remove(a0));
+  CHECK_FALSE(o.remove(a0));
+  CHECK(default_active_view(1000) == 10);
+  CHECK(default_active_view(100000) == 17);
+  CHECK(default_active_view(2) == 4);
+}
+
+TEST_CASE("overlay: 40 peers with partial views hold bounded, symmetric active views and average") {
+  Cluster c = partial_cluster(40, 4, 12);
+  c.run(20);
+  double sum0 = 0;
+  for (int i = 0; i < 40; ++i) sum0 += i;
+  std::size_t one_way = 0;
+  for (const auto& [id, n] : c.nodes) {
+    REQUIRE(n->g->partial());
+    const Overlay& o = *n->g->overlay();
+    CHECK(o.active().size() <= 4);
+    CHECK(o.active().size() >= 2);
+    CHECK(o.passive().size() <= 12);
+    CHECK(n->g->view().members().size() <= 2 * (4 + 12) + 16);
+    for (const auto& a : o.active()) one_way += !c.nodes[a]->g->overlay()->in_active(id);
+    CHECK(n->g->stats().rejected == 0);
+  }
+  CHECK(one_way <= 4);  // links in flight
+  CHECK(c.weighted_sum(0) == doctest::Approx(sum0).epsilon(1e-4));  // mixing conserves the sum
+  // And the models have come together.
+  double lo = 1e9, hi = -1e9;
+  for (const auto& [id, n] : c.nodes) {
+    lo = std::min<double>(lo, n->params[0]);
+    hi = std::max<double>(hi, n->params[0]);
+  }
+  CHECK(hi - lo < 1.0);
+}
+
+TEST_CASE("overlay: a crashed neighbour leaves every active view and is replaced from the passive view") {
+  Cluster c = partial_cluster(30, 4, 12);
+  c.run(10);
+  c.nodes["p7"]->alive = false;
+  c.run(25);
+  for (const auto& [id, n] : c.nodes) {
+    if (!n->alive) continue;
+    CHECK_FALSE(n->g->overlay()->in_active("p7"));
+    CHECK(n->g->overlay()->active().size() >= 2);
+  }
+}
+
+TEST_CASE("overlay: malformed or misaddressed Overlay messages are refused and change nothing") {
+  Cluster c = partial_cluster(6, 3, 6);
+  c.run(3);
+  Node& a = *c.nodes["p1"];
+  const auto active = a.g->overlay()->active();
+  const auto passive = a.g->overlay()->passive();
+  const auto members = a.g->view().members().size();
+  const auto params = a.params;
+  const MemberDigest sender{"p2", 0, MemberState::Alive, 0};
+  OverlayMsg good;
+  good.kind = OverlayKind::Shuffle;
+  good.subject = sender;
+  good.view = {sender};
+  std::size_t refused = 0;
+  const auto send = [&](Message m) {
+    a.g->on_message("p2", std::move(m));
+    ++refused;
+  };
+  {  // unknown kind
+    OverlayMsg m = good;
+    m.kind = static_cast<OverlayKind>(9);
+    send(make_message(m));
+  }
+  {  // ttl over the limit
+    OverlayMsg m = good;
+    m.ttl = 200;
+    send(make_message(m));
+  }
+  {  // a sample larger than the limit
+    OverlayMsg m = good;
+    for (int i = 0; i < 100; ++i) m.peers.push_back(MemberDigest{"g" + std::to_string(i), 0, MemberState::Alive, 0});
+    send(make_message(m));
+  }
+  {  // a bad member id in the sample, a bad state
+    OverlayMsg m = good;
+    m.peers = {MemberDigest{"", 0, MemberState::Alive, 0}};
+    send(make_message(m));
+    m.peers = {MemberDigest{"x", 0, static_cast<MemberState>(7), 0}};
+    send(make_message(m));
+  }
+  {  // no sender digest; a first digest that is not the sender's
+    OverlayMsg m = good;
+    m.view.clear();
+    send(make_message(m));
+    m.view = {MemberDigest{"p3", 0, MemberState::Alive, 0}};
+    send(make_message(m));
+  }
+  // Truncated header bytes.
+  Message t = make_message(good);
+  t.header.resize(t.header.size() / 2);
+  send(t);
+  CHECK(a.g->stats().rejected == refused);
+  CHECK(a.g->overlay()->active() == active);
+  CHECK(a.g->overlay()->passive() == passive);
+  CHECK(a.g->view().members().size() == members);
+  CHECK(a.params == params);
+  const auto& ev = a.env.events;
+  CHECK(ev.back().kind == ProtocolEvent::Kind::Rejected);
+  CHECK(ev.back().reason.find("Overlay") != std::string::npos);
+}
+
+TEST_CASE("overlay: views stay full below the threshold with view auto, and go partial above it") {
+  Cluster c;
+  c.step_time = 0.05;
+  c.cfg.view = ViewMode::Auto;
+  c.cfg.view_threshold = 8;
+  for (int i = 0; i < 6; ++i)
+    c.add("p" + std::to_string(i), {0, 0, 0}, i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}, i + 1);
+  c.run(3);
+  for (const auto& [id, n] : c.nodes) CHECK_FALSE(n->g->partial());
+  for (int i = 6; i < 20; ++i) c.add("p" + std::to_string(i), {0, 0, 0}, {"p0"}, i + 1);
+  c.run(10);
+  std::size_t partial = 0;
+  for (const auto& [id, n] : c.nodes) partial += n->g->partial();
+  CHECK(partial == 20);
+}
