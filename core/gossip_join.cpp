@@ -121,6 +121,9 @@ void Gossip::report_change(const View::Change& c) {
     case MemberState::Suspect:
       if (!c.before) env_.event(ev(K::Join, c.id));
       env_.event(ev(K::Suspect, c.id));
+      // Our own check of it, wherever the suspicion came from: one learnt from a digest had
+      // none, and stayed Suspect for ever in a quiet view (campaign seed 252).
+      env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
       break;
     case MemberState::Dead:
       if (c.before) env_.event(ev(K::Dead, c.id));
