@@ -164,6 +164,9 @@ void Gossip::report_change(const View::Change& c) {
     case MemberState::Suspect:
       if (!c.before) env_.event(ev(K::Join, c.id));
       env_.event(ev(K::Suspect, c.id));
+      // Our own check of it, wherever the suspicion came from: one learnt from a digest had
+      // none, and stayed Suspect for ever in a quiet view (campaign seed 252).
+      env_.set_timer(cfg_.suspect_timeout_s, timer_id(kSuspectCheck, ++timer_seq_));
       if (overlay_) {
         // Repair the active view at once; tell it, so the link is gone on both sides if it lives.
         if (overlay_->in_active(c.id)) {

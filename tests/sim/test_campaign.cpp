@@ -373,3 +373,9 @@ TEST_CASE("campaign regression: a refusal does not overtake what the dead peer s
   replays_clean(150);
   replays_clean(391);
 }
+
+// A suspicion learnt from another member's digest set no check of our own, so the member stayed
+// Suspect for ever in a quiet view: a crashed peer never left it (detection, campaign seed 252).
+TEST_CASE("campaign regression: a suspicion learnt from a digest expires into dead (seed 252)") {
+  replays_clean(252);
+}
