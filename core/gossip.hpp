@@ -390,8 +390,10 @@ class Gossip {
   // A member changed state or failed: repair the active view at once.
   void overlay_lost(const PeerId& id, bool dead);
   void overlay_shuffle();
-  // Erases from View the members in no view and no exchange (bounded memory).
+  // Erases from View the members in no view and no exchange (bounded memory); one of them.
   void overlay_trim();
+  void overlay_forget(const PeerId& id);
+  bool overlay_in_use(const PeerId& id, const Member& m) const;
   void overlay_accept_sample(const std::vector<MemberDigest>& sample);
   std::vector<MemberDigest> overlay_sample(bool with_active);
   // The exchange partner in partial views: an active member, every fresh_every-th a passive one.

@@ -74,8 +74,21 @@ void Gossip::overlay_learn(const MemberDigest& d) {
   }
   if (auto c = view_.merge(d, env_.now())) report_change(*c);
   const Member* m = view_.find(d.id);
-  if (m && m->d.state == MemberState::Alive && !overlay_->in_active(d.id)) overlay_->add_passive(d.id, env_.rng());
+  if (m && m->d.state == MemberState::Alive && !overlay_->in_active(d.id))
+    if (auto dropped = overlay_->add_passive(d.id, env_.rng())) overlay_forget(*dropped);
   if (view_.members().size() > 2 * (overlay_->active_cap() + overlay_->passive_cap()) + 16) overlay_trim();
+}
+
+bool Gossip::overlay_in_use(const PeerId& id, const Member& m) const {
+  if (overlay_->in_active(id) || overlay_->in_passive(id)) return true;
+  if (!m.live() && overlay_->buried.count(id)) return true;  // a recent tombstone: keeps stale gossip out
+  if (find_out(id) != npos || answering(id)) return true;
+  if ((transfer_ && transfer_->source == id) || (probe_ && probe_->target == id)) return true;
+  return leaving_ && id == leave_target_;
+}
+
+void Gossip::overlay_forget(const PeerId& id) {
+  if (const Member* m = view_.find(id); m && !overlay_in_use(id, *m)) view_.erase(id);
 }
 
 void Gossip::overlay_link(const PeerId& id) {
@@ -175,14 +188,8 @@ void Gossip::overlay_trim() {
     overlay_->buried.erase(oldest);
   }
   std::vector<PeerId> drop;
-  for (const auto& [id, m] : view_.members()) {
-    if (overlay_->in_active(id) || overlay_->in_passive(id)) continue;
-    if (!m.live() && overlay_->buried.count(id)) continue;  // a recent tombstone: keeps stale gossip out
-    if (find_out(id) != npos || answering(id)) continue;
-    if ((transfer_ && transfer_->source == id) || (probe_ && probe_->target == id)) continue;
-    if (leaving_ && id == leave_target_) continue;
-    drop.push_back(id);
-  }
+  for (const auto& [id, m] : view_.members())
+    if (!overlay_in_use(id, m)) drop.push_back(id);
   for (const auto& id : drop) view_.erase(id);
 }
 
@@ -265,6 +272,9 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
   if (from == view_.self().id) return reject(from, "Overlay message from ourselves");
   if (!overlay_ && cfg_.view != ViewMode::Full) go_partial(0);  // the swarm runs partial views
   merge_view(o.view);
+  // (The fresh members the digest brought may have pushed the sender itself out of a full
+  // passive view and View: it is the one we must hold to answer it.)
+  if (overlay_ && !view_.find(from)) overlay_learn(o.view.front());
   heard_from(from);
   if (overlay_ && o.ready && !state_ready_) {
     overlay_->ready.insert(from);  // a member with a model to give us (bounded: the joiner's few)

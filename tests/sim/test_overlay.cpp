@@ -78,11 +78,11 @@ TEST_CASE("overlay: 1,000 peers joining at once through one seed form one connec
 }
 
 TEST_CASE("overlay: under continuous churn (1% of the peers replaced per second) the live overlay stays connected") {
-  // n = 1,000: 10 crashes and 10 joins per second for 15 s (the bench runs 10 minutes and 10,000).
-  Simulation sim(scn(averaging(1000, 2, 30, "partial", "[churn]\ncrash_rate = 10\njoin_rate = 10\nfrom = 10\nuntil = 25\n")));
+  // n = 1,000: 10 crashes and 10 joins per second for 10 s (the bench runs 10 minutes and 10,000).
+  Simulation sim(scn(averaging(1000, 2, 25, "partial", "[churn]\ncrash_rate = 10\njoin_rate = 10\nfrom = 10\nuntil = 20\n")));
   std::size_t worst_components = 0, samples = 0;
   OverlayGraph worst;
-  for (double t = 10; t <= 30; t += 0.5) {
+  for (double t = 10; t <= 25; t += 0.5) {
     sim.run_until(t);
     const OverlayGraph g = overlay_graph(sim);
     ++samples;
@@ -94,7 +94,7 @@ TEST_CASE("overlay: under continuous churn (1% of the peers replaced per second)
   MESSAGE("worst of " << samples << " samples: " << describe(worst) << "; crashes " << sim.totals().crashes
                       << ", joins " << sim.totals().joins);
   CHECK(worst_components == 1);
-  CHECK(sim.totals().crashes >= 100);
+  CHECK(sim.totals().crashes >= 70);
 }
 
 TEST_CASE("overlay: after 50% of the peers crash at once the survivors reconnect within 3 shuffle periods and keep averaging") {
@@ -124,10 +124,10 @@ TEST_CASE("overlay: pure averaging on partial views contracts within 20% of the 
   const int n = 200;
   double full = 0, partial = 0;
   for (int seed = 1; seed <= 3; ++seed) {
-    Simulation f(scn(averaging(n, seed, 40, "full")));
+    Simulation f(scn(averaging(n, seed, 30, "full")));
     f.run();
     full += decay_rate(f.samples(), 0.09, 1e-10) / 3;
-    Simulation p(scn(averaging(n, seed, 40, "partial")));
+    Simulation p(scn(averaging(n, seed, 30, "partial")));
     p.run();
     partial += decay_rate(p.samples(), 0.09, 1e-10) / 3;
   }
@@ -161,7 +161,7 @@ TEST_CASE("overlay: a crashed peer leaves every live active view within a bounde
 TEST_CASE("overlay: 1,000 peers joining at once through one seed all get the model, spread over the swarm") {
   // 200 peers average for 20 s (so their model is not the shared initialisation), then 1,000
   // join through p0 at once.
-  Simulation sim(scn(averaging(200, 5, 40, "partial", "[churn]\njoin = 1000 at 20\n")));
+  Simulation sim(scn(averaging(200, 5, 30, "partial", "[churn]\njoin = 1000 at 20\n")));
   sim.run_until(20);
   std::vector<std::uint64_t> served_before(200);
   for (std::uint32_t i = 0; i < 200; ++i)
@@ -171,7 +171,7 @@ TEST_CASE("overlay: 1,000 peers joining at once through one seed all get the mod
   std::size_t held = 0, most_in_100ms = 0;
   std::vector<std::uint64_t> last(sim.ids(), 0);
   for (std::uint32_t i = 0; i < 200; ++i) last[i] = served_before[i];
-  for (double t = 20.1; t <= 40; t += 0.1) {
+  for (double t = 20.1; t <= 30; t += 0.1) {
     sim.run_until(t);
     held = std::max(held, max_transfers_serving(sim));
     for (std::uint32_t i = 0; i < sim.ids(); ++i)
