@@ -110,7 +110,11 @@ with tempfile.TemporaryDirectory(prefix="rumor-prometheus-") as work:
                     break
                 time.sleep(0.5)
             time.sleep(3)  # a few scrapes of a training swarm
-            at = time.time()
+            # The queries below are separate requests: at `now`, a scrape stamped just before it
+            # (its start) may be ingested between two of them, and sum() would not match the
+            # series (CI saw it under load). A scrape ends within its 0.9 s timeout, so every
+            # sample stamped before now - 1.5 s is in: all the queries see the same samples.
+            at = time.time() - 1.5
             total = prom.query("sum(rumor_exchanges_total)", at)
             series = prom.query("rumor_exchanges_total", at)
             stamps = {(s["metric"]["peer"], s["metric"]["result"]): float(s["value"][1])
