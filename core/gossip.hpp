@@ -332,10 +332,9 @@ class Gossip {
   // An exchange with `peer` mixed (either role; stats_.last_distance holds its distance):
   // remember it for Partners::Useful.
   void mixed_with(const PeerId& peer, std::uint64_t their_clock);
-  // A dense mix is about to land on params_: outer momentum's step first (core/outer.hpp).
-  void outer_step() {
-    if (!done()) outer_.step(params_);
-  }
+  // A mix is about to land on params_: outer momentum's step first (core/outer.hpp; a no-op
+  // when it is off or training is over: set_done ends it).
+  void outer_step() { outer_.step(params_); }
   // Gives up exchange `it` (nothing mixed on our side). `peer_busy`: the peer answered (it is
   // healthy), so the failure is not held against it.
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);

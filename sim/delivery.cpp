@@ -178,16 +178,6 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
     ++totals.dropped;
     return;
   }
-  if (duplicate) {
-    Slot d;
-    d.msg = msg;
-    d.from = from;
-    d.to = ti;
-    d.from_life = f.life;
-    d.to_life = t.life;
-    d.bytes = bytes;
-    schedule(at, EventKind::Deliver, ti, t.life, put_slot(std::move(d)));
-  }
   Slot sl;
   sl.msg = std::move(msg);
   sl.from = from;
@@ -195,6 +185,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   sl.from_life = f.life;
   sl.to_life = t.life;
   sl.bytes = bytes;
+  if (duplicate) schedule(at, EventKind::Deliver, ti, t.life, put_slot(Slot(sl)));  // the copy first, as before
   schedule(at, EventKind::Deliver, ti, t.life, put_slot(std::move(sl)));
 }
 
