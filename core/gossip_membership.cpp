@@ -53,8 +53,9 @@ void Gossip::probe() {
 // the seeds it could reach) joins up once the cut heals (campaign seed 1395).
 void Gossip::ping_dead() {
   std::vector<PeerId> targets;
-  for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Dead) targets.push_back(id);
+  if (view_.dead_count() > 0)
+    for (const auto& [id, m] : view_.members())
+      if (m.d.state == MemberState::Dead) targets.push_back(id);
   for (const PeerId& s : seeds_)
     if (s != view_.self().id && !view_.find(s)) targets.push_back(s);
   if (targets.empty()) return;

@@ -20,6 +20,7 @@ const char* member_state_name(MemberState s) {
 }
 
 namespace {
+std::size_t id_hash(std::string_view id);
 int severity(MemberState s) {
   switch (s) {
     case MemberState::Alive: return 0;
@@ -33,14 +34,15 @@ int severity(MemberState s) {
 
 std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;
-  auto it = members_.find(d.id);
-  if (it == members_.end()) {
+  Member* found = index_find(d.id);
+  if (!found) {
     Member m;
     m.d = d;
     m.last_heard = now;
     m.clock_seen = now;
     if (d.state == MemberState::Suspect) m.suspect_since = now;
     Member& added = members_.emplace(d.id, m).first->second;
+    index_insert(&added, id_hash(d.id));
     all_.push_back(&added);
     if (added.d.state == MemberState::Alive) {
       added.alive_pos = alive_.size();
@@ -48,10 +50,11 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
     }
     live_count_ += added.live();
     live_trainers_ += added.live_trainer();
+    dead_count_ += added.d.state == MemberState::Dead;
     others_samples_ += d.samples;
     return Change{d.id, std::nullopt, d.state};
   }
-  Member& m = it->second;
+  Member& m = *found;
   if (d.clock > m.d.clock) {
     if (m.clock_seen >= 0 && now > m.clock_seen) {
       const double per_step = (now - m.clock_seen) / static_cast<double>(d.clock - m.d.clock);
@@ -99,6 +102,7 @@ void View::state_changed(Member& m, MemberState before) {
   const bool was_live = before == MemberState::Alive || before == MemberState::Suspect;
   live_count_ = live_count_ - was_live + m.live();
   live_trainers_ = live_trainers_ - (was_live && !m.d.done) + m.live_trainer();
+  dead_count_ = dead_count_ - (before == MemberState::Dead) + (m.d.state == MemberState::Dead);
   const bool was_alive = before == MemberState::Alive, is_alive = m.d.state == MemberState::Alive;
   if (was_alive && !is_alive) {
     // Swap-remove: O(1), and the resulting order is still a function of the merge history.
@@ -119,6 +123,7 @@ bool View::erase(const PeerId& id) {
   Member& m = it->second;
   live_count_ -= m.live();
   live_trainers_ -= m.live_trainer();
+  dead_count_ -= m.d.state == MemberState::Dead;
   if (m.d.state == MemberState::Alive) {
     Member* last = alive_.back();
     alive_[m.alive_pos] = last;
@@ -127,17 +132,60 @@ bool View::erase(const PeerId& id) {
   }
   // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
   all_.erase(std::find(all_.begin(), all_.end(), &m));
+  index_erase(&m);
   members_.erase(it);
   return true;
 }
 
-Member* View::find(const PeerId& id) {
-  auto it = members_.find(id);
-  return it == members_.end() ? nullptr : &it->second;
+Member* View::find(const PeerId& id) { return index_find(id); }
+const Member* View::find(const PeerId& id) const { return index_find(id); }
+
+namespace {
+std::size_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(id); }
+}  // namespace
+
+Member* View::index_find(std::string_view id) const {
+  if (index_.empty()) return nullptr;
+  const std::size_t mask = index_.size() - 1, h = id_hash(id);
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    const IndexSlot& s = index_[i];
+    if (!s.m) return nullptr;
+    if (s.hash == h && s.m->d.id == id) return s.m;
+  }
 }
-const Member* View::find(const PeerId& id) const {
-  auto it = members_.find(id);
-  return it == members_.end() ? nullptr : &it->second;
+
+void View::index_insert(Member* m, std::size_t hash) {
+  if (2 * (index_used_ + 1) > index_.size()) {
+    std::vector<IndexSlot> old(std::max<std::size_t>(16, 2 * index_.size()));
+    old.swap(index_);
+    index_used_ = 0;
+    for (const IndexSlot& s : old)
+      if (s.m) index_insert(s.m, s.hash);
+  }
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = hash & mask;
+  while (index_[i].m) i = (i + 1) & mask;
+  index_[i] = {hash, m};
+  ++index_used_;
+}
+
+void View::index_erase(const Member* m) {
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = id_hash(m->d.id) & mask;
+  while (index_[i].m != m) i = (i + 1) & mask;
+  index_[i] = {};
+  --index_used_;
+  // Backward shift: move later entries of the probe run into the hole when their home slot
+  // allows it, so lookups never need tombstones.
+  for (std::size_t j = (i + 1) & mask; index_[j].m; j = (j + 1) & mask) {
+    const std::size_t k = index_[j].hash & mask;
+    const bool movable = i <= j ? (k <= i || k > j) : (k <= i && k > j);
+    if (movable) {
+      index_[i] = index_[j];
+      index_[j] = {};
+      i = j;
+    }
+  }
 }
 
 std::vector<PeerId> View::live_ids() const {

@@ -93,6 +93,15 @@ double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t byt
   }
   double arrive = sent + latency(from, to);
   if (s_.jitter > 0) arrive += rng_.exponential(1.0 / s_.jitter);
+  // The links' in-order clocks: an entry at or before `now` says nothing any more (every
+  // arrival from now on is later, and a refusal comes at now + refused_after at the
+  // earliest), so such entries are dropped whenever the table has doubled since the last
+  // sweep. Outputs are unchanged; the table holds the links with messages in flight instead
+  // of every link ever used (with partial views and random walks, hundreds per peer).
+  if (link_last_.size() >= link_sweep_at_) {
+    std::erase_if(link_last_, [&](const auto& x) { return x.second <= now; });
+    link_sweep_at_ = std::max<std::size_t>(1024, 2 * link_last_.size());
+  }
   double& last = link_last_[(std::uint64_t(from) << 32) | to];
   arrive = std::max(arrive, last);
   last = arrive;

@@ -69,6 +69,7 @@ class Network {
   template <class Rate>
   double serialise(double start, double bytes, std::uint32_t from, std::uint32_t to, Rate rate) const;
   std::unordered_map<std::uint64_t, double> link_last_;  // (from << 32 | to) -> last arrival
+  std::size_t link_sweep_at_ = 1024;                      // sweep link_last_ when it reaches this size
   // Per link line and partition line: membership bitmaps of the two sides.
   struct Sides {
     std::vector<bool> a, b;

@@ -288,3 +288,34 @@ TEST_CASE("view: the Alive list and live count follow every merge and local deci
     CHECK(n < 160);
   }
 }
+
+TEST_CASE("view: lookups by id agree with the members held through merges, state changes and erases") {
+  // View::find goes through a hash index beside the ordered map (core/view.hpp); erases shift
+  // probe runs back. Random merges, erases and local decisions over 2,000 ids (the index grows
+  // and empties several times), checked after each against the map, and the dead count too.
+  View v(MemberDigest{"self", 1, MemberState::Alive, 0});
+  Rng rng(11);
+  for (int op = 0; op < 60000; ++op) {
+    const std::uint64_t k = rng.below(op < 30000 ? 2000 : 40);
+    const PeerId id = "p" + std::to_string(k);
+    const std::uint64_t what = rng.below(8);
+    if (what < 3)
+      v.erase(id);
+    else if (what == 3)
+      v.set_state(id, static_cast<MemberState>(rng.below(4)), op);
+    else
+      v.merge(MemberDigest{id, rng.below(4), static_cast<MemberState>(rng.below(4)), rng.below(100)}, op);
+    REQUIRE((v.find(id) != nullptr) == (v.members().count(id) == 1));
+    if (op % 251 != 0) continue;
+    std::size_t dead = 0;
+    for (const auto& [mid, m] : v.members()) {
+      REQUIRE(v.find(mid) == &m);
+      dead += m.d.state == MemberState::Dead;
+    }
+    REQUIRE(v.dead_count() == dead);
+    for (int j = 0; j < 50; ++j) {
+      const PeerId other = "p" + std::to_string(rng.below(4000));
+      REQUIRE((v.find(other) != nullptr) == (v.members().count(other) == 1));
+    }
+  }
+}
