@@ -13,6 +13,7 @@
 
 #include "core/codec.hpp"
 #include "core/env.hpp"
+#include "core/overlay.hpp"
 #include "net/address.hpp"
 #include "net/auth.hpp"
 #include "net/transport.hpp"
@@ -205,6 +206,7 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
   const net::TransportStats ts = transport_stats();
   const GossipStats& gs = loop.gossip().stats();
   const std::uint64_t peers = loop.gossip().view().live_count() + 1;
+  const Overlay* overlay = loop.gossip().overlay();  // partial views (null: full)
   log_->info("epoch {:.2f} step {} loss {:.4f} test_acc {:.4f} samples/s {:.0f} peers {} sent {:.1f} MB exchanges {}{}",
              epoch, step, loss, test_acc, sps, peers, static_cast<double>(ts.bytes_sent) / 1e6, loop.exchanges(), note);
   metrics_.write("eval", {{"step", step},
@@ -220,6 +222,8 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
                           {"rejected", gs.rejected + transport_rejected_},
                           {"consensus_distance", gs.last_distance},
                           {"peers", peers},
+                          {"view_active", overlay ? overlay->active().size() : peers - 1},
+                          {"view_passive", overlay ? overlay->passive().size() : 0},
                           {"codec", codec_name(loop.settings().gossip.codec)},
                           {"payload_bytes_sent", gs.payload_bytes_sent},
                           {"payloads_sent", gs.payloads_sent},
