@@ -121,8 +121,10 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
     case K::Leave:
     case K::Dead:
     case K::Suspect:
-      // A suspicion is a step on the way to "dead" or back (metrics keep it): debug.
-      if (e.kind == K::Suspect)
+      // A suspicion is a step on the way to "dead" or back (metrics keep it): debug. With
+      // partial views a "join" is a candidate taken into the passive view, which shuffles
+      // refresh all the time (thousands of lines a minute in a 64-peer swarm): debug too.
+      if (e.kind == K::Suspect || (e.kind == K::Join && gossip && gossip->overlay()))
         log_.debug("view: {} {}", e.peer, event_kind_name(e.kind));
       else
         log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
