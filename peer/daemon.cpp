@@ -24,11 +24,9 @@
 #include "net/auth.hpp"
 #include "net/transport.hpp"
 #include "peer/checkpoint.hpp"
+#include "peer/gpu_plugin.hpp"
 #include "peer/metrics.hpp"
 #include "peer/runtime.hpp"
-#ifdef RUMOR_HAVE_CUDA
-#include "gpu/cuda_backend.hpp"
-#endif
 
 namespace rumor::peer {
 
@@ -44,14 +42,11 @@ std::shared_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return nullptr;
   if (device == "emulated") return std::make_shared<EmulatedDevice>();  // a GPU peer's data flow, on the CPU
   const int index = device.size() > 5 ? std::stoi(device.substr(5)) : 0;
-#ifdef RUMOR_HAVE_CUDA
-  return gpu::make_cuda_backend(index);  // gpu::NoDevice (exit 1) when there is none
-#else
-  (void)index;
-  throw std::invalid_argument("--device " + device +
-                              ": CUDA requested but this build has no CUDA backend (rebuild with RUMOR_CUDA=ON "
-                              "where nvcc exists)");
-#endif
+  if (!cuda_built())
+    throw std::invalid_argument("--device " + device +
+                                ": CUDA requested but this build has no CUDA backend (rebuild with RUMOR_CUDA=ON "
+                                "where nvcc exists)");
+  return make_cuda_backend(index);  // loads librumor_gpu.so; gpu::NoDevice (exit 1) when there is none
 }
 
 void save_params(const std::string& path, std::span<const float> p) {

@@ -9,9 +9,7 @@
 #include "peer/config.hpp"
 #include "process.hpp"
 #include "sim/peer_flags.hpp"
-#ifdef RUMOR_HAVE_CUDA
-#include "gpu/cuda_backend.hpp"
-#endif
+#include "peer/gpu_plugin.hpp"
 
 using namespace rumor::test;
 namespace fs = std::filesystem;
@@ -96,7 +94,7 @@ TEST_CASE("cli: --device cuda without a CUDA backend or a GPU fails clearly, bef
 #ifdef RUMOR_HAVE_CUDA
   // This build has the backend: ask for a device that is not there (here: any, where no GPU
   // is; on a GPU machine, one past the last).
-  const int n = rumor::gpu::device_count();
+  const int n = rumor::peer::cuda_device_count();
   const std::string dev = n == 0 ? "cuda" : "cuda:" + std::to_string(n);
   const std::string expect = n == 0 ? "no CUDA device found" : "CUDA device " + std::to_string(n) + " not found";
   const int rc = 1;
@@ -167,4 +165,25 @@ TEST_CASE("cli: a scenario's --peer-flags are what rumor-peer parses into the sa
       }
   }
   CHECK(s.loop.min_peers == 4);  // the quickstart's peers start together
+}
+
+TEST_CASE("cli: a CPU peer does not load the CUDA libraries; the CUDA plugin loads for --device cuda") {
+  // The CUDA backend is a plugin (peer/gpu_plugin.hpp): rumor-peer itself links neither
+  // libcudart nor libcublas, which cost every CPU peer 0.45 s of start-up here.
+  FILE* f = ::popen(("ldd " + peer_binary() + " 2>&1").c_str(), "r");
+  REQUIRE(f);
+  std::string ldd;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) ldd.append(buf, n);
+  ::pclose(f);
+  INFO(ldd);
+  CHECK(ldd.find("libcublas") == std::string::npos);
+  CHECK(ldd.find("libcudart") == std::string::npos);
+  if (!rumor::peer::cuda_built()) return;
+  // This build has the backend: the plugin is found beside the binaries and its runtime
+  // answers (0 devices and the runtime's reason where there is no GPU).
+  std::string why;
+  const int n = rumor::peer::cuda_device_count(&why);
+  INFO("devices " << n << ": " << why);
+  CHECK(why.find("could not be loaded") == std::string::npos);
 }

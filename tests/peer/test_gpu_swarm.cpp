@@ -12,9 +12,7 @@
 #include "core/mix.hpp"
 #include "core/model.hpp"
 #include "process.hpp"
-#ifdef RUMOR_HAVE_CUDA
-#include "gpu/cuda_backend.hpp"
-#endif
+#include "peer/gpu_plugin.hpp"
 
 using namespace rumor::test;
 namespace fs = std::filesystem;
@@ -22,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 bool have_gpu() {
 #ifdef RUMOR_HAVE_CUDA
-  return rumor::gpu::device_count() > 0;
+  return rumor::peer::cuda_device_count() > 0;
 #else
   return false;
 #endif
@@ -31,7 +29,7 @@ bool have_gpu() {
 bool gpu_or_skip() {
 #ifdef RUMOR_HAVE_CUDA
   std::string why;
-  if (rumor::gpu::device_count(&why) > 0) return true;
+  if (rumor::peer::cuda_device_count(&why) > 0) return true;
   fmt::print("SKIPPED: no CUDA device ({})\n", why);
 #else
   fmt::print("SKIPPED: no CUDA device (this build has no CUDA backend)\n");
