@@ -10,10 +10,9 @@
 
 using namespace rumor::test;
 
-// About 2 minutes on 2 cores (starting 64 processes alone takes 20-30 s: each maps the CUDA
-// libraries), so ctest skips it; bench/partial_views_64.sh runs it (--no-skip).
-TEST_CASE("partial views: 64 peers with views of 6 join through one member, repair around 3 SIGKILLs, and a joiner gets the model" *
-          doctest::skip()) {
+// About 30 s on 2 cores (the 64 processes are training 3-4 s after launch: the CUDA backend
+// is a plugin that CPU peers never load); bench/partial_views_64.sh runs it alone.
+TEST_CASE("partial views: 64 peers with views of 6 join through one member, repair around 3 SIGKILLs, and a joiner gets the model") {
   constexpr int kPeers = 64;
   constexpr std::size_t kActive = 6, kPassive = 36;
   const std::set<int> killed{11, 29, 47};
