@@ -102,7 +102,9 @@ struct GossipConfig {
   // Dense codecs: start exchanges in the streamed form (request header, then x_s; the reply
   // travels meanwhile; see the steps above). false: the one-shot form, whose request carries
   // x_s and whose responder answers only after checking it (bench_exchange_throughput
-  // --one-shot compares the two). A responder answers either form whatever this says.
+  // --one-shot compares the two). A responder answers either form whatever this says. The
+  // int4 codec always streams (gossip_int4.cpp: one form to handle; a request carrying its
+  // payload is refused as bad input).
   bool stream_exchanges = true;
   // Codec none: a snapshot larger than this travels in chunks of this size, each copied,
   // hashed and handed to the transport in turn, so its first bytes are on the wire while the

@@ -47,13 +47,16 @@ TEST_CASE("gossip: fragments and int4 conserve the sum, and pure averaging reach
     std::uint64_t fragments;
     bool outer;
     double consensus;  // bound on the final distance to the mean
+    bool one_shot = false;  // stream_exchanges off: the request carries x_s (int4 streams anyway)
   };
   for (Case k : {Case{PayloadCodec::None, 4, false, 1e-5}, Case{PayloadCodec::None, 3, true, 1e-5},
                  Case{PayloadCodec::Fp16, 4, false, 2e-3}, Case{PayloadCodec::Int8, 4, false, 2e-2},
                  Case{PayloadCodec::Int4, 1, false, 1e-5}, Case{PayloadCodec::Int4, 4, false, 1e-5},
-                 Case{PayloadCodec::Int4, 4, true, 1e-5}}) {
+                 Case{PayloadCodec::Int4, 4, true, 1e-5}, Case{PayloadCodec::None, 4, false, 1e-5, true},
+                 Case{PayloadCodec::Int8, 3, false, 2e-2, true}, Case{PayloadCodec::Int4, 2, false, 1e-5, true}}) {
     Cluster c;
     c.cfg.codec = k.codec;
+    c.cfg.stream_exchanges = !k.one_shot;
     c.cfg.fragments = k.fragments;
     if (k.outer) c.cfg.outer = OuterConfig{0.7, 0.9, true};  // training off: every outer step is the identity
     const Run r = average(c, 6, 301, 6.0, 500);
@@ -63,7 +66,7 @@ TEST_CASE("gossip: fragments and int4 conserve the sum, and pure averaging reach
       absolute += node->g->stats().int4_absolute;
       rejected += node->g->stats().rejected;
     }
-    INFO(std::string(codec_name(k.codec)) << ", " << k.fragments << " fragments" << std::string(k.outer ? ", outer momentum" : "") << ": drift " << r.drift
+    INFO(std::string(codec_name(k.codec)) << ", " << k.fragments << " fragments" << std::string(k.outer ? ", outer momentum" : "") << std::string(k.one_shot ? ", one-shot" : "") << ": drift " << r.drift
                              << ", worst distance to the mean " << r.worst << ", " << exchanges << " exchanges, " << absolute
                              << " int4 fallbacks to absolute int8");
     CHECK(rejected == 0);
