@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cluster.hpp"
@@ -214,4 +215,67 @@ TEST_CASE("gossip: a peer that cuts the model into another number of fragments i
     for (const auto& e : n->env.events)
       said = said || (e.kind == ProtocolEvent::Kind::ExchangeFailed && e.reason.find("fragments mismatch") != std::string::npos);
   CHECK(said);
+}
+
+TEST_CASE("gossip: a malformed int4 payload or reply is refused and changes nothing (model, references)") {
+  // Each kind of bad bytes, in x_s (ExchangePayload) or in y_s (ExchangeReply): a level of -8,
+  // a negative scale, a short payload. The receiver refuses it, mixes nothing and keeps its
+  // references; the exchange then fails on both sides.
+  struct Bad {
+    MsgType where;
+    int kind;  // 0: level -8, 1: negative scale, 2: one byte short
+  };
+  for (Bad bad : {Bad{MsgType::ExchangePayload, 0}, Bad{MsgType::ExchangePayload, 1}, Bad{MsgType::ExchangePayload, 2},
+                  Bad{MsgType::ExchangeReply, 0}, Bad{MsgType::ExchangeReply, 1}, Bad{MsgType::ExchangeReply, 2}}) {
+    Cluster c;
+    c.cfg.codec = PayloadCodec::Int4;
+    c.cfg.fragments = 2;
+    const std::size_t P = 130;
+    Node& a = c.add("p0", random_params(P, 1), {}, 1);
+    Node& b = c.add("p1", random_params(P, 2), {"p0"}, 2);
+    Rng noise(4);
+    c.local_step = [&](Node& n) {
+      for (auto& x : n.params) x += static_cast<float>(1e-3 * noise.normal());
+    };
+    c.run(0.3);  // references in place: residual exchanges
+    bool armed = true, done = false;
+    c.tamper = [&](const PeerId&, const PeerId&, Message& m) {
+      if (!armed || m.type != bad.where || !m.payload) return;
+      const ExchangeMsg h = decode_exchange(m);
+      if (h.absolute) return;  // a residual one
+      armed = false;
+      Bytes p = *m.payload;
+      if (bad.kind == 0) p.back() = static_cast<std::uint8_t>((p.back() & 0xF0u) | 0x08u);  // (P / 2 = 65 values: no padding)
+      if (bad.kind == 1) {
+        const float s = -1.0f;
+        std::memcpy(p.data(), &s, 4);
+      }
+      if (bad.kind == 2) p.pop_back();
+      m.payload = std::make_shared<const Bytes>(std::move(p));
+    };
+    // Around every event: a refusal leaves the model and the references as they were.
+    std::vector<float> params_before;
+    std::vector<PairRefs> refs_before;
+    std::uint64_t rejected_before = 0;
+    bool changed = false;
+    c.before_event = [&](Node& n) {
+      params_before = n.params;
+      refs_before = n.g->codec_refs().entries();
+      rejected_before = n.g->stats().rejected;
+    };
+    c.after_event = [&](Node& n) {
+      if (n.g->stats().rejected == rejected_before) return;
+      done = true;
+      const auto& now = n.g->codec_refs().entries();
+      changed = changed || n.params != params_before || now.size() != refs_before.size();
+      for (std::size_t i = 0; i < now.size() && i < refs_before.size(); ++i)
+        changed = changed || now[i].mine != refs_before[i].mine || now[i].theirs != refs_before[i].theirs || now[i].valid != refs_before[i].valid;
+    };
+    c.run(0.6);
+    INFO((bad.where == MsgType::ExchangePayload ? "x_s" : "y_s") << ", kind " << bad.kind);
+    CHECK_FALSE(armed);
+    CHECK(done);
+    CHECK_FALSE(changed);
+    CHECK(a.g->stats().rejected + b.g->stats().rejected == 1);
+  }
 }
