@@ -7,12 +7,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "core/check.hpp"
 #include "core/serial.hpp"
 
 namespace rumor {
+
+namespace {
+// The largest Q4 scale: 7 x it stays finite.
+const float kMaxInt4Scale = std::nextafter(std::numeric_limits<float>::max() / 7.0f, 0.0f);
+}  // namespace
 
 const char* codec_name(PayloadCodec c) {
   switch (c) {
@@ -130,7 +136,8 @@ Bytes encode_dense(PayloadCodec c, std::span<const float> x) {
         const std::size_t lo = k * kInt4Block, hi = std::min(n, lo + kInt4Block);
         float mx = 0;
         for (std::size_t i = lo; i < hi; ++i) mx = std::max(mx, std::abs(x[i]));
-        const float scale = mx > 0 && std::isfinite(mx) ? mx / 7.0f : 0.0f;
+        // At most kMaxInt4Scale, so that 7 x scale is finite (what the decoder insists on).
+        const float scale = mx > 0 && std::isfinite(mx) ? std::min(mx / 7.0f, kMaxInt4Scale) : 0.0f;
         std::memcpy(b.data() + 4 * k, &scale, 4);
         const float inv = scale > 0 ? 1.0f / scale : 0.0f;
         for (std::size_t i = lo; i < hi; ++i) {
@@ -181,7 +188,7 @@ void decode_dense(PayloadCodec c, std::span<const std::uint8_t> b, std::span<flo
       for (std::size_t k = 0; k < blocks; ++k) {
         float scale;
         std::memcpy(&scale, b.data() + 4 * k, 4);
-        if (!(scale >= 0) || !std::isfinite(scale))
+        if (!(scale >= 0) || !(scale <= kMaxInt4Scale))  // NaN, Inf and scales whose 7 x overflow
           throw DecodeError("int4 payload: block " + std::to_string(k) + " has scale " + std::to_string(scale));
         const std::size_t lo = k * kInt4Block, hi = std::min(n, lo + kInt4Block);
         for (std::size_t i = lo; i < hi; ++i) {
