@@ -35,6 +35,10 @@
 //     row it is suspected, then declared dead `suspect_timeout_s` later unless it refutes.
 // Two peers that start exchanges with each other at once: the request from the peer with the
 // smaller id is answered, the other gets ExchangeBusy, so a pair never swaps models.
+// Fragments (GossipConfig::fragments): every message of an exchange names one contiguous range
+// of the parameters, chosen by the initiator in turn; snapshots, mixes and outer steps cover
+// that range only. The int4 codec (gossip_int4.cpp) encodes x - ref against per-partner
+// references and falls back to absolute int8 for an exchange whose references differ.
 //
 // Contract: every method is called between two training steps, one at a time; `params` stays
 // valid and at the same address for the lifetime of the object.
