@@ -32,7 +32,7 @@ def main(out):
     if grid:
         base = grid.get((1, "none"))
         print(f"\n{'H':>4} {'codec':<11} {'mean acc':>9} {'min acc':>8} {'MB/peer':>9} {'bytes vs H=1 none':>18} {'acc - H=1 none':>15}")
-        order = ["none", "fp16", "int8", "topk"]
+        order = ["none", "fp16", "int8", "int4", "topk"]
         key = lambda kv: (kv[0][0], order.index(kv[0][1].split("+")[0]) if kv[0][1].split("+")[0] in order else 9, kv[0][1])
         for (h, c), (acc, mb, mn) in sorted(grid.items(), key=key):
             ratio = f"1/{base[1] / mb:.0f}" if base and mb > 0 else "-"
@@ -46,8 +46,8 @@ def main(out):
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
             fig, ax = plt.subplots(figsize=(7, 4.5))
-            series = ["none", "fp16", "int8", "topk"] + sorted({c for (_, c) in grid if "+" in c})
-            for c, m in zip(series, "osD^vP*Xh"):
+            series = ["none", "fp16", "int8", "int4", "topk"] + sorted({c for (_, c) in grid if "+" in c})
+            for c, m in zip(series, "osD^vP*Xh<>pd"):
                 pts = sorted((mb, acc, h) for (h, cc), (acc, mb, _) in grid.items() if cc == c)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=m, label=c)

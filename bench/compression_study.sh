@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local SGD x codec study (issue: bounded staleness, local SGD and compressed exchanges).
 # 4 peers on loopback, Fashion-MNIST shards 1/4..4/4, default model and optimizer, for every
-# H in {1,4,16,64} and codec in {none,fp16,int8,topk}; then the staleness throughput runs (one
+# H in {1,4,16,64} and codec in {none,fp16,int8,int4,topk} (and, with FRAGMENTS, the model
+# averaged whole or in fragments, --fragments); then the staleness throughput runs (one
 # peer 5x slower: unthrottled, TAU=inf, a generous TAU, TAU=16, TAU=0). Prints tables and
 # writes PNGs. A finite TAU binds as soon as the fast peers are TAU steps ahead, after which
 # they go at the slow peer's pace; within a run of S steps, a TAU of at least (1 - 1/5) S never
@@ -18,7 +19,8 @@
 # Usage: bench/compression_study.sh [BUILD_DIR] [OUT_DIR]
 #   env: PARTS="grid staleness" (either or both), EPOCHS=2 (grid), HS, CODECS,
 #        OUTERS="plain" (grid: add "outer" for outer momentum, --outer-lr 0.7 --outer-momentum
-#        0.9, in runs named H<h>-<codec>+outer),
+#        0.9, in runs named H<h>-<codec>+outer), FRAGMENTS="1" (grid: "1 4" adds runs with
+#        --fragments 4, named H<h>-<codec>+f4; topk is not combined with fragments),
 #        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3, REPEAT_FROM=1 (e.g. REPEAT_FROM=4 REPEATS=5
 #        adds two repeats to those already in OUT_DIR)
 set -euo pipefail
@@ -27,8 +29,9 @@ build="${1:-$here/build}"
 out="${2:-$here/out/compression}"
 epochs="${EPOCHS:-2}"
 hs="${HS:-1 4 16 64}"
-codecs="${CODECS:-none fp16 int8 topk}"
+codecs="${CODECS:-none fp16 int8 int4 topk}"
 outers="${OUTERS:-plain}"
+fragments="${FRAGMENTS:-1}"
 parts="${PARTS:-grid staleness}"
 stale_epochs="${STALE_EPOCHS:-1}"
 repeats="${REPEATS:-3}"
@@ -65,11 +68,16 @@ if [[ " $parts " == *" grid "* ]]; then
   for h in $hs; do
     for c in $codecs; do
       for o in $outers; do
-        case "$o" in
-          plain) run "H${h}-${c}" "--epochs $epochs --local-steps $h --codec $c --throttle $base" ;;
-          outer) run "H${h}-${c}+outer" "--epochs $epochs --local-steps $h --codec $c --throttle $base --outer-lr 0.7 --outer-momentum 0.9" ;;
-          *) echo "OUTERS: plain or outer, not $o" >&2; exit 2 ;;
-        esac
+        for f in $fragments; do
+          [ "$c" = topk ] && [ "$f" != 1 ] && continue  # topk does not combine with fragments
+          suffix="" extra=""
+          [ "$f" != 1 ] && suffix="+f$f" extra="--fragments $f"
+          case "$o" in
+            plain) run "H${h}-${c}${suffix}" "--epochs $epochs --local-steps $h --codec $c --throttle $base $extra" ;;
+            outer) run "H${h}-${c}+outer${suffix}" "--epochs $epochs --local-steps $h --codec $c --throttle $base --outer-lr 0.7 --outer-momentum 0.9 $extra" ;;
+            *) echo "OUTERS: plain or outer, not $o" >&2; exit 2 ;;
+          esac
+        done
       done
     done
   done

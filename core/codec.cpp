@@ -1,11 +1,13 @@
 // The dense codecs (codec.hpp): their names, fp16 (IEEE half, round to nearest even) and int8
-// (one float scale per 256-value block, max |x| / 127) encoding and decoding of a snapshot.
+// (one float scale per 256-value block, max |x| / 127) encoding and decoding of a snapshot, and
+// Q4 (one float scale per 64-value block, max |x| / 7), the int4 codec's quantiser of x - ref.
 // Only the bytes: which values are mixed is Gossip's business, and topk is core/sparse.cpp.
 #include "core/codec.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "core/check.hpp"
@@ -13,12 +15,18 @@
 
 namespace rumor {
 
+namespace {
+// The largest Q4 scale: 7 x it stays finite.
+const float kMaxInt4Scale = std::nextafter(std::numeric_limits<float>::max() / 7.0f, 0.0f);
+}  // namespace
+
 const char* codec_name(PayloadCodec c) {
   switch (c) {
     case PayloadCodec::None: return "none";
     case PayloadCodec::Fp16: return "fp16";
     case PayloadCodec::Int8: return "int8";
     case PayloadCodec::TopK: return "topk";
+    case PayloadCodec::Int4: return "int4";
   }
   return "?";
 }
@@ -27,8 +35,9 @@ PayloadCodec parse_codec(const std::string& s) {
   if (s == "none") return PayloadCodec::None;
   if (s == "fp16") return PayloadCodec::Fp16;
   if (s == "int8") return PayloadCodec::Int8;
+  if (s == "int4") return PayloadCodec::Int4;
   if (s == "topk") return PayloadCodec::TopK;
-  throw std::invalid_argument("unknown codec '" + s + "': expected none, fp16, int8 or topk");
+  throw std::invalid_argument("unknown codec '" + s + "': expected none, fp16, int8, int4 or topk");
 }
 
 std::uint16_t float_to_half(float f) {
@@ -82,6 +91,7 @@ std::size_t encoded_size(PayloadCodec c, std::size_t n) {
     case PayloadCodec::None: return 4 * n;
     case PayloadCodec::Fp16: return 2 * n;
     case PayloadCodec::Int8: return n + 4 * ((n + kInt8Block - 1) / kInt8Block);
+    case PayloadCodec::Int4: return (n + 1) / 2 + 4 * ((n + kInt4Block - 1) / kInt4Block);
     case PayloadCodec::TopK: break;
   }
   RUMOR_CHECK(false, "encoded_size: not a stateless codec");
@@ -118,6 +128,26 @@ Bytes encode_dense(PayloadCodec c, std::span<const float> x) {
       }
       break;
     }
+    case PayloadCodec::Int4: {
+      const std::size_t blocks = (n + kInt4Block - 1) / kInt4Block;
+      std::uint8_t* q = b.data() + 4 * blocks;
+      std::fill(q, q + (n + 1) / 2, std::uint8_t{0});
+      for (std::size_t k = 0; k < blocks; ++k) {
+        const std::size_t lo = k * kInt4Block, hi = std::min(n, lo + kInt4Block);
+        float mx = 0;
+        for (std::size_t i = lo; i < hi; ++i) mx = std::max(mx, std::abs(x[i]));
+        // At most kMaxInt4Scale, so that 7 x scale is finite (what the decoder insists on).
+        const float scale = mx > 0 && std::isfinite(mx) ? std::min(mx / 7.0f, kMaxInt4Scale) : 0.0f;
+        std::memcpy(b.data() + 4 * k, &scale, 4);
+        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        for (std::size_t i = lo; i < hi; ++i) {
+          const float r = std::clamp(std::nearbyint(x[i] * inv), -7.0f, 7.0f);
+          const auto level = static_cast<std::uint8_t>(static_cast<std::int8_t>(r)) & 0x0Fu;
+          q[i / 2] |= static_cast<std::uint8_t>(i % 2 == 0 ? level : level << 4);
+        }
+      }
+      break;
+    }
     case PayloadCodec::TopK:
       RUMOR_CHECK(false, "encode_dense: topk is stateful");
   }
@@ -148,6 +178,25 @@ void decode_dense(PayloadCodec c, std::span<const std::uint8_t> b, std::span<flo
         std::memcpy(&scale, b.data() + 4 * k, 4);
         const std::size_t lo = k * kInt8Block, hi = std::min(n, lo + kInt8Block);
         for (std::size_t i = lo; i < hi; ++i) out[i] = scale * static_cast<float>(q[i]);
+      }
+      break;
+    }
+    case PayloadCodec::Int4: {
+      const std::size_t blocks = (n + kInt4Block - 1) / kInt4Block;
+      const std::uint8_t* q = b.data() + 4 * blocks;
+      if (n % 2 == 1 && (q[n / 2] >> 4) != 0) throw DecodeError("int4 payload: padding nibble is not 0");
+      for (std::size_t k = 0; k < blocks; ++k) {
+        float scale;
+        std::memcpy(&scale, b.data() + 4 * k, 4);
+        if (!(scale >= 0) || !(scale <= kMaxInt4Scale))  // NaN, Inf and scales whose 7 x overflow
+          throw DecodeError("int4 payload: block " + std::to_string(k) + " has scale " + std::to_string(scale));
+        const std::size_t lo = k * kInt4Block, hi = std::min(n, lo + kInt4Block);
+        for (std::size_t i = lo; i < hi; ++i) {
+          const unsigned nib = i % 2 == 0 ? q[i / 2] & 0x0Fu : q[i / 2] >> 4;
+          if (nib == 8) throw DecodeError("int4 payload: level -8 at value " + std::to_string(i) + " (levels are -7..7)");
+          const int level = nib < 8 ? static_cast<int>(nib) : static_cast<int>(nib) - 16;
+          out[i] = scale * static_cast<float>(level);
+        }
       }
       break;
     }

@@ -53,6 +53,10 @@ Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string finger
   RUMOR_CHECK(cfg_.topk_fraction > 0 && cfg_.topk_fraction <= 1);
   RUMOR_CHECK(cfg_.outer.lr > 0 && cfg_.outer.momentum >= 0 && cfg_.outer.momentum < 1);
   RUMOR_CHECK(cfg_.join_timeout_s > 0 && cfg_.join_retry_s > 0);
+  RUMOR_CHECK(cfg_.fragments >= 1 && cfg_.fragments <= kMaxFragments);
+  RUMOR_CHECK(cfg_.int4_partners >= 1);
+  RUMOR_CHECK(cfg_.fragments == 1 || cfg_.codec != PayloadCodec::TopK, "topk does not combine with fragments > 1");
+  fragments_ = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cfg_.fragments, 1, std::max<std::size_t>(params_.size(), 1)));
 }
 
 ProtocolEvent Gossip::ev(ProtocolEvent::Kind k, const PeerId& peer, std::string reason) const {
@@ -118,13 +122,25 @@ double Gossip::slowest_training_step() const {
   return s;
 }
 
-void Gossip::mixed_with(const PeerId& peer, std::uint64_t their_clock) {
+void Gossip::mixed_with(const PeerId& peer, std::uint64_t their_clock, std::uint32_t fragment) {
   // Outer momentum (core/outer.hpp): the next outer step counts local progress from here.
   const bool stepped = outer_.active();
-  outer_.rebase(params_);
-  if (stepped || !(stats_.last_distance < kAgreeDistance)) ++model_version_;
+  const std::uint64_t lo = ExchangeMsg::fragment_lo(params_.size(), fragment, fragments_);
+  outer_.rebase(params_, lo, ExchangeMsg::fragment_lo(params_.size(), fragment + 1, fragments_) - lo);
+  const std::uint64_t before = model_version_;
+  const bool agree = stats_.last_distance < kAgreeDistance;
+  if (stepped || !agree) ++model_version_;
   if (Member* m = view_.find(peer)) {
-    m->ex_distance = stats_.last_distance;
+    double distance = stats_.last_distance;
+    if (fragments_ > 1) {
+      // One fragment equal says nothing of the others: "equal" once all were, in a row, with
+      // neither model changing in between.
+      if (!agree || m->ex_clock != their_clock || m->ex_version != before) m->ex_agree = 0;
+      if (agree) m->ex_agree |= std::uint64_t{1} << fragment;
+      const std::uint64_t all = fragments_ >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << fragments_) - 1;
+      if (agree && m->ex_agree != all) distance = kAgreeDistance;  // not below it: still useful
+    }
+    m->ex_distance = distance;
     m->ex_clock = their_clock;
     m->ex_version = model_version_;
   }
@@ -181,8 +197,18 @@ bool Gossip::start_exchange(Partners partners) {
   if (candidates.empty()) return false;  // stays due: starts as soon as someone is available
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
-  ExchangeMsg h = our_exchange_header(o.id, o.weight);
-  if (cfg_.codec == PayloadCodec::TopK) {
+  o.fragment = static_cast<std::uint32_t>(fragment_turn_++ % fragments_);
+  ExchangeMsg h = our_exchange_header(o.id, o.weight, o.fragment);
+  if (cfg_.codec == PayloadCodec::Int4) {
+    // Streamed, x_s as the residual against our references, or absolute int8 if we hold none
+    // for this range; the responder's reply says whether its references agree (gossip_int4.cpp).
+    o.streamed = true;
+    h.ref_hash = int4_hash(peer, h, true);
+    h.absolute = o.absolute = h.ref_hash == 0;
+    env_.send(peer, make_message(MsgType::ExchangeRequest, h, nullptr));
+    int4_encode(peer, h, o.absolute, o.snap);
+    env_.send(peer, make_message(MsgType::ExchangePayload, h, o.snap.chunks.front()));
+  } else if (cfg_.codec == PayloadCodec::TopK) {
     o.snap.chunks = {sparse_request(o.sparse_idx)};  // one-shot: the reply depends on the request
     env_.send(peer, make_message(MsgType::ExchangeRequest, h, o.snap.chunks[0]));
   } else if (!cfg_.stream_exchanges) {
@@ -225,7 +251,8 @@ std::vector<Gossip::OpenExchange> Gossip::open_exchanges() const {
   for (const Outstanding& o : out_) {
     std::vector<const Message*> reply;
     for (const Message& m : o.reply.chunks) reply.push_back(&m);
-    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, o.streamed, std::move(reply)});
+    const std::size_t lo = static_cast<std::size_t>(ExchangeMsg::fragment_lo(params_.size(), o.fragment, fragments_));
+    v.push_back({o.peer, o.id, o.weight, o.snap.view(), o.accepted, o.streamed, std::move(reply), lo});
   }
   return v;
 }
@@ -312,9 +339,10 @@ std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
 
 Gossip::SentSnapshot Gossip::send_snapshot(const PeerId& to, MsgType type, ExchangeMsg h, bool one_message) {
   SentSnapshot snap;
+  const std::span<const float> x = range_of(h);  // the fragment (the whole model: fragments 1)
   if (cfg_.codec != PayloadCodec::None) {
-    auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, params_));
-    snap.decoded.resize(params_.size());
+    auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, x));
+    snap.decoded.resize(x.size());
     decode_dense(cfg_.codec, *b, snap.decoded);
     snap.chunks = {b};
     env_.send(to, make_message(type, h, b));
@@ -322,14 +350,14 @@ Gossip::SentSnapshot Gossip::send_snapshot(const PeerId& to, MsgType type, Excha
   }
   // Each chunk is copied and hashed, then handed to the transport at once: its bytes are on
   // the wire while the next one is copied, and the responder checks it as it lands.
-  const std::uint64_t n = params_.size();
+  const std::uint64_t n = x.size();
   const std::uint64_t step = one_message || n <= chunk_floats() ? n : chunk_floats();
   h.chunk = step == n ? 0 : step;
   std::uint64_t off = 0;
   do {
     const std::uint64_t len = std::min(step, n - off);
     auto b = snapshot_buffer(len * sizeof(float));
-    const std::span<const std::uint8_t> src(reinterpret_cast<const std::uint8_t*>(params_.data() + off), b->size());
+    const std::span<const std::uint8_t> src(reinterpret_cast<const std::uint8_t*>(x.data() + off), b->size());
     h.offset = off;
     if (off > 0) h.view.clear();  // the view travels once, with the first chunk
     Message msg = make_message(type, h, b);

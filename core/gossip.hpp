@@ -35,6 +35,10 @@
 //     row it is suspected, then declared dead `suspect_timeout_s` later unless it refutes.
 // Two peers that start exchanges with each other at once: the request from the peer with the
 // smaller id is answered, the other gets ExchangeBusy, so a pair never swaps models.
+// Fragments (GossipConfig::fragments): every message of an exchange names one contiguous range
+// of the parameters, chosen by the initiator in turn; snapshots, mixes and outer steps cover
+// that range only. The int4 codec (gossip_int4.cpp) encodes x - ref against per-partner
+// references and falls back to absolute int8 for an exchange whose references differ.
 //
 // Contract: every method is called between two training steps, one at a time; `params` stays
 // valid and at the same address for the lifetime of the object.
@@ -49,6 +53,7 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "core/codec_refs.hpp"
 #include "core/env.hpp"
 #include "core/message.hpp"
 #include "core/mix.hpp"
@@ -79,6 +84,18 @@ struct GossipConfig {
   double staleness = INFINITY;
   // topk codec (core/sparse.hpp): the fraction of the coordinates averaged per exchange.
   double topk_fraction = 0.01;
+  // Fragments (Streaming DiLoCo): the parameter vector is cut into this many contiguous
+  // near-equal ranges and our k-th exchange averages only range k mod fragments (both sides
+  // mix that range only, the dense codecs encode it only), so an exchange carries 1/fragments
+  // of the bytes. 1: the whole model. Both sides of an exchange must agree (a request with
+  // another count is declined); not with topk (PeerLoop's settings check refuses it). A model
+  // with fewer parameters than this is cut into as many fragments as it has parameters.
+  std::uint64_t fragments = 1;
+  // int4 codec (core/codec_refs.hpp): partners whose references are kept (2 x the model's
+  // float32 each), the least recently used dropped first; an exchange with a partner whose
+  // references were dropped goes absolute int8 once. Fewer than the partners a peer draws
+  // (about n - 1 in a full view) and most exchanges go absolute: int8's bytes and accuracy.
+  std::uint64_t int4_partners = kInt4RefPartners;  // knob codec_partners
   // Exchanges we may have started and not finished, each with another peer. More than one
   // keeps mixing going when round trips take several steps (peers sharing cores); the overlap
   // rule keeps every exchange conserving the sum however they interleave. At most 2: with two
@@ -89,7 +106,9 @@ struct GossipConfig {
   // Dense codecs: start exchanges in the streamed form (request header, then x_s; the reply
   // travels meanwhile; see the steps above). false: the one-shot form, whose request carries
   // x_s and whose responder answers only after checking it (bench_exchange_throughput
-  // --one-shot compares the two). A responder answers either form whatever this says.
+  // --one-shot compares the two). A responder answers either form whatever this says. The
+  // int4 codec always streams (gossip_int4.cpp: one form to handle; a request carrying its
+  // payload is refused as bad input).
   bool stream_exchanges = true;
   // Codec none: a snapshot larger than this travels in chunks of this size, each copied,
   // hashed and handed to the transport in turn, so its first bytes are on the wire while the
@@ -179,6 +198,7 @@ struct GossipStats {
   std::uint64_t robust_refused = 0;   // received models refused by robust mixing (nothing mixed)
   std::uint64_t state_served = 0;     // state transfers served (first chunk requests answered)
   std::uint64_t overlay_sent = 0;     // Overlay messages sent (partial views)
+  std::uint64_t int4_absolute = 0;    // int4 exchanges (either role) that fell back to absolute int8
 };
 
 class Gossip {
@@ -280,8 +300,13 @@ class Gossip {
     bool streamed = false;                // streamed form (the responder mixes on x_s, then accepts);
                                           // else one-shot (it mixed as it replied)
     std::vector<const Message*> reply;    // the reply's messages (chunks) received so far
+    std::size_t lo = 0;                   // the fragment's first parameter: snapshot[i] is parameter lo + i
   };
   std::vector<OpenExchange> open_exchanges() const;
+  // The int4 codec's per-partner references (core/codec_refs.hpp).
+  const CodecRefs& codec_refs() const { return refs_; }
+  // Fragments the model is cut into (GossipConfig::fragments, at most the parameter count).
+  std::uint32_t fragments() const { return fragments_; }
   const GossipConfig& config() const { return cfg_; }
   // Partial views (core/gossip_overlay.cpp): whether this peer runs them, and its views (null
   // while it runs full views).
@@ -319,6 +344,10 @@ class Gossip {
     bool accepted = false;                  // the responder mixed x_s
     ReceivedSnapshot reply = {};            // y_s so far, held until complete and accepted
     bool reply_complete = false;
+    std::uint32_t fragment = 0;             // the range this exchange averages
+    // int4: reply-first (x_s goes once the reply says how to encode it), ŷ_s as decoded.
+    bool absolute = false;
+    std::vector<float> reply_decoded;
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
@@ -331,10 +360,17 @@ class Gossip {
   bool start_exchange(Partners partners = Partners::Any);
   // An exchange with `peer` mixed (either role; stats_.last_distance holds its distance):
   // remember it for Partners::Useful.
-  void mixed_with(const PeerId& peer, std::uint64_t their_clock);
+  // With fragments, `fragment` is the range it mixed: the member counts as agreeing with us
+  // (not Partners::Useful) only once every fragment was found equal with neither model changed.
+  void mixed_with(const PeerId& peer, std::uint64_t their_clock, std::uint32_t fragment = 0);
   // A mix is about to land on params_: outer momentum's step first (core/outer.hpp; a no-op
   // when it is off or training is over: set_done ends it).
-  void outer_step() { outer_.step(params_); }
+  // With fragments, on that range only (Streaming DiLoCo: each fragment's outer step works on
+  // its own local progress since that fragment was last mixed).
+  void outer_step(std::uint32_t fragment = 0) {
+    const std::uint64_t lo = ExchangeMsg::fragment_lo(params_.size(), fragment, fragments_);
+    outer_.step(params_, lo, ExchangeMsg::fragment_lo(params_.size(), fragment + 1, fragments_) - lo);
+  }
   // Gives up exchange `it` (nothing mixed on our side). `peer_busy`: the peer answered (it is
   // healthy), so the failure is not held against it.
   void fail_exchange(std::size_t index, const std::string& reason, bool peer_busy);
@@ -362,6 +398,7 @@ class Gossip {
   void on_exchange_accept(const PeerId& from, const Message& msg);
   // Checks of an exchange header that need no payload; returns the problem, or empty.
   std::string check_exchange_header(const ExchangeMsg& h) const;
+  std::string fragments_problem(const ExchangeMsg& h) const;
   void on_busy(const PeerId& from, const Message& msg);
   void on_join_request(const PeerId& from, const Message& msg);
   void on_join_reply(const PeerId& from, const Message& msg);
@@ -431,9 +468,9 @@ class Gossip {
   void report_change(const View::Change& c);
   void heard_from(const PeerId& peer);
   // We (the responder) mixed `from`'s model: count it and report it with the last distance.
-  void responder_done(const PeerId& from, std::uint64_t their_clock);
+  void responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment = 0);
   // The header of an exchange message of ours: id, our clock, `weight`, codec, size, a view digest.
-  ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight);
+  ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment = 0);
   double my_weight() const;
   // Partial views piggyback at most twice the active view's size: ours, and a sample of the
   // members we hold (their clocks and states reach those who hold them too).
@@ -520,6 +557,27 @@ class Gossip {
                     std::optional<std::uint64_t> busy_id);
   bool screen_values(const PeerId& from, RobustMix& robust, std::vector<float>& values, std::span<const float> ours,
                      std::optional<std::uint64_t> busy_id);
+  // Fragments: the effective count and the initiator's turn (its k-th exchange takes k mod F).
+  std::uint32_t fragments_ = 1;
+  std::uint64_t fragment_turn_ = 0;
+  // The parameters of the range an exchange header names.
+  std::span<float> range_of(const ExchangeMsg& h) const {
+    return params_.subspan(static_cast<std::size_t>(h.range_lo()), static_cast<std::size_t>(h.range_len()));
+  }
+  // int4 (gossip_int4.cpp): references per partner; the initiator's reply-first steps.
+  CodecRefs refs_{static_cast<std::size_t>(cfg_.int4_partners)};
+  bool refs_pinned(const PeerId& peer) const { return find_out(peer) != static_cast<std::size_t>(-1) || answering(peer); }
+  // The hash of our references with `peer` over h's range, we being the initiator or not; 0 if
+  // we hold none for it.
+  std::uint64_t int4_hash(const PeerId& peer, const ExchangeMsg& h, bool initiator);
+  // Encodes our range for `peer` (Q4 of x - ref, or absolute int8) into `snap` (payload and x̂).
+  void int4_encode(const PeerId& peer, const ExchangeMsg& h, bool absolute, SentSnapshot& snap);
+  // Decodes their range into `out`; returns the problem, or empty.
+  std::string int4_decode(const PeerId& peer, const Message& msg, const ExchangeMsg& h, bool absolute, std::vector<float>& out);
+  // Both sides mixed: the references of the range are x̂ (ours) and ŷ (theirs) now.
+  void int4_commit(const PeerId& peer, const ExchangeMsg& h, std::span<const float> mine, std::span<const float> theirs);
+  // The initiator has the reply of an int4 exchange: decode ŷ, encode and send x_s.
+  void int4_reply(std::size_t index, const Message& msg, const ExchangeMsg& h);
   std::vector<float> sparse_ref_;    // topk: each coordinate's value when it was last averaged
   std::uint64_t sparse_cursor_ = 0;  // topk: round-robin sweep position
   std::vector<Outstanding> out_;  // at most max_in_flight, distinct peers
@@ -533,6 +591,8 @@ class Gossip {
     double mine_weight = 1; // ours b, as sent in the reply
     SentSnapshot mine;      // y_s as sent
     ReceivedSnapshot theirs = {};  // codec none: x_s so far
+    std::uint32_t fragment = 0;    // the range the initiator chose
+    bool absolute = false;         // int4: our verdict, absolute int8 both ways
   };
   std::vector<Incoming> in_;
   // Per initiator: its incarnation and the newest exchange id we answered. A request at or

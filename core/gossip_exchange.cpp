@@ -19,8 +19,14 @@ std::string Gossip::check_exchange_header(const ExchangeMsg& h) const {
     return "model has " + std::to_string(h.param_count) + " parameters, ours " + std::to_string(params_.size());
   if (h.codec != cfg_.codec)
     return std::string("payload codec ") + codec_name(h.codec) + ", this swarm uses " + codec_name(cfg_.codec);
+  if (h.fragments != fragments_) return fragments_problem(h);
   if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
   return {};
+}
+
+std::string Gossip::fragments_problem(const ExchangeMsg& h) const {
+  return "fragments mismatch: the exchange cuts the model into " + std::to_string(h.fragments) + " fragments, this peer into " +
+         std::to_string(fragments_) + " (--fragments)";
 }
 
 std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std::vector<float>& scratch,
@@ -32,10 +38,18 @@ std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std
       out = {};  // sparse: decoded and validated by gossip_sparse.cpp
       return {};
     }
+    if (h.codec == PayloadCodec::Int4) {
+      // Decoded against the references by int4_decode; without them only the size is known.
+      out = {};
+      const std::size_t want = encoded_size(h.absolute ? PayloadCodec::Int8 : PayloadCodec::Int4, h.range_len());
+      if (msg.payload->size() != want)
+        return "int4 payload of " + std::to_string(msg.payload->size()) + " bytes, expected " + std::to_string(want);
+      return {};
+    }
     if (h.codec == PayloadCodec::None) {
-      out = payload_floats(msg, h.param_count);
+      out = payload_floats(msg, h.range_len());
     } else {
-      scratch.resize(params_.size());
+      scratch.resize(h.range_len());
       decode_dense(h.codec, *msg.payload, scratch);
       out = scratch;
     }
@@ -52,7 +66,7 @@ std::string Gossip::decode_payload(const Message& msg, const ExchangeMsg& h, std
 std::string Gossip::check_chunk(const Message& msg, const ExchangeMsg& h, std::span<const float>& out) const {
   if (auto p = check_exchange_header(h); !p.empty()) return p;
   if (!msg.payload) return "exchange without parameters";
-  const std::uint64_t n = h.param_count, c = h.chunk_floats();
+  const std::uint64_t n = h.range_len(), c = h.chunk_floats();
   if (c < n && c < kMinExchangeChunk)
     return "chunks of " + std::to_string(c) + " parameters: at least " + std::to_string(kMinExchangeChunk) + " (or the whole model)";
   if ((n > 0 && h.offset >= n) || (c > 0 && h.offset % c != 0))
@@ -79,6 +93,12 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   }
   // Without a payload (dense codecs): a streamed exchange, x_s follows in an ExchangePayload.
   const bool streamed = !msg.payload && cfg_.codec != PayloadCodec::TopK;
+  // Another cut of the model (a misconfigured peer, not bad input): declined, nothing changed.
+  if (h.codec == cfg_.codec && h.param_count == params_.size() && h.fragments != fragments_) {
+    env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, fragments_problem(h), digest()}));
+    return;
+  }
+  if (cfg_.codec == PayloadCodec::Int4 && !streamed) return reject(from, "int4: the request carries no payload (x_s follows the reply)");
   std::span<const float> theirs;
   if (streamed) {
     if (auto p = check_exchange_header(h); !p.empty()) return reject(from, p);
@@ -118,10 +138,25 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     return;
   }
   if (cfg_.codec == PayloadCodec::TopK) return sparse_respond(from, msg, h);
-  if (!streamed && !screen_model(from, robust_, theirs, params_, h.exchange_id)) return;  // before we answer
+  if (!streamed && !screen_model(from, robust_, theirs, range_of(h), h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
-  // y_s: the live parameters, stable between steps; sent as it is copied.
-  SentSnapshot mine = send_snapshot(from, MsgType::ExchangeReply, our_exchange_header(h.exchange_id, b), false);
+  // y_s: the live parameters (the fragment's range), stable between steps; sent as it is copied.
+  ExchangeMsg rh = our_exchange_header(h.exchange_id, b, h.fragment);
+  SentSnapshot mine;
+  bool absolute = false;
+  if (cfg_.codec == PayloadCodec::Int4) {
+    // Our references of this pair must be the initiator's: else absolute int8 both ways, and
+    // the references are set afresh from it (core/codec_refs.hpp).
+    const std::uint64_t ours = int4_hash(from, h, false);
+    absolute = h.ref_hash == 0 || ours == 0 || ours != h.ref_hash;
+    rh.ref_hash = ours;
+    rh.absolute = absolute;
+    if (absolute) ++stats_.int4_absolute;
+    int4_encode(from, rh, absolute, mine);
+    env_.send(from, make_message(MsgType::ExchangeReply, rh, mine.chunks.front()));
+  } else {
+    mine = send_snapshot(from, MsgType::ExchangeReply, rh, false);
+  }
   stats_.payload_bytes_sent += mine.bytes();
   ++stats_.payloads_sent;
   if (streamed) {
@@ -129,18 +164,22 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     // initiator having given the old one up).
     std::erase_if(in_, [&](const Incoming& x) { return x.peer == from; });
     Incoming inc{from, h.exchange_id, ++timer_seq_, a, b, std::move(mine)};
+    inc.fragment = h.fragment;
+    inc.absolute = absolute;
     env_.set_timer(cfg_.exchange_timeout_s, timer_id(kIncomingDeadline, inc.seq));
     in_.push_back(std::move(inc));
     return;
   }
   // and relative_distance(ys, theirs)
-  outer_step();
-  stats_.last_distance = mix_into_with_distance(params_, Pieces(theirs), mine.view(), a / (a + b));
-  responder_done(from, h.clock);
+  outer_step(h.fragment);
+  stats_.last_distance = mix_into_with_distance(range_of(h), Pieces(theirs), mine.view(), a / (a + b));
+  responder_done(from, h.clock, h.fragment);
 }
 
-ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight) {
+ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment) {
   ExchangeMsg h;
+  h.fragment = fragment;
+  h.fragments = fragments_;
   h.exchange_id = exchange_id;
   h.clock = clock_;
   h.weight = weight;
@@ -150,8 +189,8 @@ ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight
   return h;
 }
 
-void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock) {
-  mixed_with(from, their_clock);
+void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment) {
+  mixed_with(from, their_clock, fragment);
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
@@ -167,12 +206,26 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
     return reject(from, e.what());
   }
   auto it = std::find_if(in_.begin(), in_.end(), [&](const Incoming& x) { return x.peer == from && x.id == h.exchange_id; });
+  // The x_s of a request we declined for its fragment count (on_exchange_request): not bad input.
+  if (it == in_.end() && h.fragments != fragments_ && h.codec == cfg_.codec && h.param_count == params_.size()) return;
   // Checked whether or not we still wait for it: bad input is bad input. A chunk of x_s is
   // checked as it lands; a bad one, however late in x_s, drops the exchange (nothing mixed on
   // either side: no accept goes back).
   std::span<const float> theirs;
-  const std::string problem =
+  std::string problem =
       cfg_.codec == PayloadCodec::None ? check_chunk(msg, h, theirs) : decode_payload(msg, h, scratch_in_, theirs);
+  // int4: a residual x_s for an exchange whose references we found apart (we replied absolute
+  // int8): the initiator sends x_s again as int8 once it reads our reply; this one is of no use.
+  if (problem.empty() && it != in_.end() && cfg_.codec == PayloadCodec::Int4 && it->absolute && !h.absolute &&
+      h.fragment == it->fragment)
+    return;
+  if (problem.empty() && it != in_.end() && (h.fragment != it->fragment || h.absolute != it->absolute))
+    problem = "x_s for fragment " + std::to_string(h.fragment) + (h.absolute ? " (absolute)" : "") + ", the exchange is of fragment " +
+              std::to_string(it->fragment) + (it->absolute ? " (absolute)" : "");
+  if (problem.empty() && it != in_.end() && cfg_.codec == PayloadCodec::Int4) {
+    problem = int4_decode(from, msg, h, it->absolute, scratch_in_);
+    theirs = scratch_in_;
+  }
   if (!problem.empty()) {
     if (it != in_.end()) in_.erase(it);
     return reject(from, problem);
@@ -188,7 +241,7 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
       env_.event(ev(ProtocolEvent::Kind::ExchangeFailed, from, why));
       return;
     }
-    if (it->theirs.floats < h.param_count) return;  // more chunks to come
+    if (it->theirs.floats < h.range_len()) return;  // more chunks to come
     xs = it->theirs.view();
     h = decode_exchange(it->theirs.chunks.front());  // its view
   }
@@ -205,11 +258,12 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   }
   // x_s is valid and will be mixed (nothing below can fail): the accept goes out first, so
   // that the initiator's mix overlaps ours instead of following it.
-  ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight);
+  ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight, inc.fragment);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
-  outer_step();
-  stats_.last_distance = mix_into_with_distance(params_, xs, ys, inc.weight / (inc.weight + inc.mine_weight));
-  responder_done(from, h.clock);
+  outer_step(inc.fragment);
+  stats_.last_distance = mix_into_with_distance(range_of(h), xs, ys, inc.weight / (inc.weight + inc.mine_weight));
+  if (cfg_.codec == PayloadCodec::Int4) int4_commit(from, h, inc.mine.decoded, theirs);
+  responder_done(from, h.clock, inc.fragment);
 }
 
 void Gossip::on_exchange_accept(const PeerId& from, const Message& msg) {
@@ -249,17 +303,31 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
       if (h.offset == 0) ++stats_.late_replies;  // its deadline passed: our side mixes nothing
       return;
     }
+    if (h.fragment != out_[i].fragment) {
+      out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++stats_.failed;
+      return reject(from, "reply for fragment " + std::to_string(h.fragment) + " to an exchange of another");
+    }
     ReceivedSnapshot& reply = out_[i].reply;
     if (h.offset < reply.floats) return;  // a chunk we hold already (a duplicate)
     if (!reply.add(msg, h))
       return fail_exchange(i, "reply chunk at offset " + std::to_string(h.offset) + ", expected " + std::to_string(reply.floats), false);
-    if (reply.floats < h.param_count) return;  // more chunks to come
+    if (reply.floats < h.range_len()) return;  // more chunks to come
   } else {
     if (i == npos) {
       std::span<const float> theirs;
       if (auto p = decode_payload(msg, h, scratch_in_, theirs); !p.empty()) return reject(from, p);
       ++stats_.late_replies;  // its deadline passed: our side mixes nothing
       return;
+    }
+    if (h.fragment != out_[i].fragment) {
+      out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++stats_.failed;
+      return reject(from, "reply for fragment " + std::to_string(h.fragment) + " to an exchange of another");
+    }
+    if (cfg_.codec == PayloadCodec::Int4) {
+      if (out_[i].reply_complete) return;  // a duplicate
+      return int4_reply(i, msg, h);       // decodes ŷ (and sends x_s again as int8 if told to)
     }
     out_[i].reply.chunks = {msg};
   }
@@ -278,6 +346,8 @@ void Gossip::complete_exchange(std::size_t index) {
   Pieces theirs;
   if (cfg_.codec == PayloadCodec::None) {
     theirs = o.reply.view();  // checked as they landed
+  } else if (cfg_.codec == PayloadCodec::Int4) {
+    theirs = Pieces(std::span<const float>(o.reply_decoded));  // decoded against the references as it landed
   } else {
     std::span<const float> whole;
     if (auto p = decode_payload(first, h, scratch_in_, whole); !p.empty()) {
@@ -300,9 +370,10 @@ void Gossip::complete_exchange(std::size_t index) {
     }
     theirs = Pieces(model);
   }
-  outer_step();
-  stats_.last_distance = mix_into_with_distance(params_, theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
-  mixed_with(from, h.clock);
+  outer_step(o.fragment);
+  stats_.last_distance = mix_into_with_distance(range_of(h), theirs, xs, b / (a + b));  // and relative_distance(xs, theirs)
+  if (cfg_.codec == PayloadCodec::Int4) int4_commit(from, h, o.snap.decoded, o.reply_decoded);
+  mixed_with(from, h.clock, o.fragment);
   ++stats_.exchanges;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;

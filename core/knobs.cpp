@@ -55,8 +55,18 @@ const Knob kKnobs[] = {
      RUMOR_FIELD(gossip.local_steps)},
     {"mix_weight", "gossip", T::Choice, 0, 0, "uniform|samples", "", kNet,
      "Averaging weights: uniform, or by the samples each peer has processed", kAll, RUMOR_FIELD(gossip.mix_weight)},
-    {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|topk", "", kNet,
-     "Parameter encoding on the wire (topk: sparse residuals with error feedback)", kAll, RUMOR_FIELD(gossip.codec)},
+    {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|int4|topk", "", kNet,
+     "Parameter encoding on the wire (int4: 4-bit residuals against per-partner references, error feedback; "
+     "topk: sparse residuals with error feedback)",
+     kAll, RUMOR_FIELD(gossip.codec)},
+    {"fragments", "gossip", T::Count, 1, 64, nullptr, "", kNet,
+     "Cut the parameters into this many contiguous ranges and average one per exchange, in turn (Streaming "
+     "DiLoCo): 1/FRAGMENTS of the bytes per exchange; every peer must use the same count; not with codec topk",
+     kAll, RUMOR_FIELD(gossip.fragments)},
+    {"codec_partners", "gossip", T::Count, 1, 4096, nullptr, "peers", kTune,
+     "codec int4: keep the 4-bit references (2 x the model's size each) of at most this many partners, the "
+     "least recently used dropped first (an exchange with a dropped one goes absolute int8 once)",
+     kAll, RUMOR_FIELD(gossip.int4_partners)},
     {"outer_lr", "gossip", T::Real, 0.001, 10, nullptr, "", kNet,
      "Outer momentum (gossip-DiLoCo): every mix ends with a Nesterov step of this outer learning rate on the "
      "change since the last one (1 with outer_momentum 0: plain gossip; DiLoCo uses 0.7 with 0.9)",
@@ -309,6 +319,13 @@ std::string knob_value(const Knob& k, const LoopSettings& s) {
   if (auto* m = std::get_if<MixWeight*>(&f)) return choice_text(k, static_cast<int>(**m));
   if (auto* v = std::get_if<ViewMode*>(&f)) return choice_text(k, static_cast<int>(**v));
   return codec_name(**std::get_if<PayloadCodec*>(&f));
+}
+
+std::string knob_conflicts(const LoopSettings& s) {
+  if (s.gossip.codec == PayloadCodec::TopK && s.gossip.fragments > 1)
+    return "codec topk does not combine with fragments > 1 (topk already averages a subset of the coordinates "
+           "per exchange); use one or the other";
+  return {};
 }
 
 std::string knob_flag(const Knob& k) {

@@ -83,6 +83,10 @@ double parse_seconds(std::string_view text);
 // replaces the default epoch budget unless --epochs was given too.
 void apply_stop_precedence(LoopSettings& s, bool epochs_given, bool steps_or_duration_given);
 
+// Knobs that do not combine (codec topk with fragments > 1): the reason, or empty. Every
+// driver refuses such settings with it.
+std::string knob_conflicts(const LoopSettings& s);
+
 // The markdown table of docs/flags.md: flag, scenario key, keyword, default, range, help.
 std::string knobs_markdown();
 

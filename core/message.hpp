@@ -21,8 +21,9 @@ using Bytes = std::vector<std::uint8_t>;
 // 4: the state transfer can carry the source's extra state after the model; 5: an exchange's
 // snapshot can travel in chunks, each its own message; 6: a member's digest carries its samples
 // and whether it has finished training; 7: partial views (the Overlay message, JoinReply says
-// whether the swarm runs partial views) (docs/wire.md).
-constexpr std::uint16_t kProtocolVersion = 7;
+// whether the swarm runs partial views); 8: fragments and the int4 codec (ExchangeMsg's
+// fragment, fragments, ref_hash, absolute) (docs/wire.md).
+constexpr std::uint16_t kProtocolVersion = 8;
 
 enum class MsgType : std::uint16_t {
   Hello = 1,           // handshake, owned by net/ (version, peer id, model fingerprint)

@@ -16,14 +16,14 @@ void OuterOptimizer::end() {
   velocity_ = {};
 }
 
-void OuterOptimizer::step(std::span<float> x) {
-  if (!active() || x.size() != anchor_.size()) return;
+void OuterOptimizer::step(std::span<float> x, std::size_t lo, std::size_t len) {
+  if (!active() || x.size() != anchor_.size() || lo + len > x.size()) return;
   const double eta = c_.lr, mu = c_.momentum;
   const bool nesterov = c_.nesterov;
-  float* a = anchor_.data();
-  float* v = velocity_.data();
-  float* p = x.data();
-  const std::size_t n = x.size();
+  float* a = anchor_.data() + lo;
+  float* v = velocity_.data() + lo;
+  float* p = x.data() + lo;
+  const std::size_t n = len;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     const double delta = static_cast<double>(a[i]) - p[i];
@@ -36,9 +36,10 @@ void OuterOptimizer::step(std::span<float> x) {
   ++steps_;
 }
 
-void OuterOptimizer::rebase(std::span<const float> x) {
-  if (!active() || x.size() != anchor_.size()) return;
-  std::copy(x.begin(), x.end(), anchor_.begin());
+void OuterOptimizer::rebase(std::span<const float> x, std::size_t lo, std::size_t len) {
+  if (!active() || x.size() != anchor_.size() || lo + len > x.size()) return;
+  std::copy(x.begin() + static_cast<std::ptrdiff_t>(lo), x.begin() + static_cast<std::ptrdiff_t>(lo + len),
+            anchor_.begin() + static_cast<std::ptrdiff_t>(lo));
 }
 
 }  // namespace rumor

@@ -49,9 +49,13 @@ class OuterOptimizer {
   bool active() const { return !anchor_.empty(); }
   // A mix is about to land on `x`: one outer step on the local progress a - x replaces it.
   // A no-op unless active(), or if x's size is not the anchor's.
-  void step(std::span<float> x);
-  // The mix has landed: the anchor is `x` now.
-  void rebase(std::span<const float> x);
+  void step(std::span<float> x) { step(x, 0, x.size()); }
+  // The same on x[lo, lo + len) only (fragments: the range an exchange mixes); anchor and
+  // velocity elsewhere are left as they are.
+  void step(std::span<float> x, std::size_t lo, std::size_t len);
+  // The mix has landed: the anchor is `x` now (on x[lo, lo + len) only).
+  void rebase(std::span<const float> x) { rebase(x, 0, x.size()); }
+  void rebase(std::span<const float> x, std::size_t lo, std::size_t len);
   std::uint64_t steps() const { return steps_; }
   std::span<const float> anchor() const { return anchor_; }
   std::span<const float> velocity() const { return velocity_; }

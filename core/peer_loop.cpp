@@ -359,8 +359,10 @@ LoopAction PeerLoop::settle_next() {
     settle_close_ = 0;
     settle_interval_ = 0;
   }
-  const bool settled = !others_training && (settle_close_ >= LoopSettings::kSettledClose ||
-                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated ||
+  // With fragments an exchange sees 1/F of the model: F times as many in a row to call it settled.
+  const std::uint64_t f = gossip_.fragments();
+  const bool settled = !others_training && (static_cast<std::uint64_t>(settle_close_) >= LoopSettings::kSettledClose * f ||
+                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated * f ||
                                             !gossip_.anyone_useful());
   const double end = settle_deadline_.end(settle_s_, settle_max_s_);
   // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it

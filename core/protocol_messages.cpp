@@ -50,8 +50,11 @@ JoinReplyMsg decode_join_reply(const Message& m) {
 }
 ExchangeMsg decode_exchange(const Message& m) {
   auto r = decode_struct<ExchangeMsg>(m.header, msg_type_name(m.type));
-  if (static_cast<std::uint8_t>(r.codec) > static_cast<std::uint8_t>(PayloadCodec::TopK))
+  if (static_cast<std::uint8_t>(r.codec) > kMaxPayloadCodec)
     throw DecodeError("unknown payload codec " + std::to_string(int(r.codec)));
+  if (r.fragments == 0 || r.fragments > kMaxFragments || r.fragment >= r.fragments)
+    throw DecodeError(std::string("malformed ") + msg_type_name(m.type) + ": fragment " + std::to_string(r.fragment) + " of " +
+                      std::to_string(r.fragments) + " (at most " + std::to_string(kMaxFragments) + " fragments)");
   check_view(r.view, msg_type_name(m.type));
   return r;
 }

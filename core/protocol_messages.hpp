@@ -68,11 +68,34 @@ struct ExchangeMsg {
   // message (offset 0). A chunk is at least kMinExchangeChunk floats unless it is the model.
   std::uint64_t offset = 0;
   std::uint64_t chunk = 0;
-  template <class A> void serialize(A& ar) { ar(exchange_id, clock, weight, codec, param_count, view, offset, chunk); }
-  // Floats per message of this snapshot (the whole model for chunk 0), and this message's.
-  std::uint64_t chunk_floats() const { return chunk == 0 || chunk > param_count ? param_count : chunk; }
-  std::uint64_t floats_here() const { return offset < param_count ? std::min(chunk_floats(), param_count - offset) : 0; }
+  // Version 8. Fragments (Streaming DiLoCo): the parameter vector is cut into `fragments`
+  // contiguous near-equal ranges (fragment_lo()), and this exchange averages only range
+  // `fragment`, chosen by the initiator (its k-th exchange: k mod fragments) and echoed by every
+  // message of the exchange. Every payload holds that range only; `offset` and `chunk` count
+  // from its start. fragments 1: the whole model (fragment 0).
+  std::uint32_t fragment = 0;
+  std::uint32_t fragments = 1;
+  // Version 8, codec int4 (core/codec_refs.hpp): in a request, the hash of the initiator's two
+  // references of this pair over the range (0: it holds none); the reply and the payload echo
+  // the responder's verdict in `absolute`: the references matched, and the payloads are
+  // Q4(x - ref) (false), or they did not, and both directions send absolute int8 (true).
+  std::uint64_t ref_hash = 0;
+  bool absolute = false;
+  template <class A> void serialize(A& ar) {
+    ar(exchange_id, clock, weight, codec, param_count, view, offset, chunk, fragment, fragments, ref_hash, absolute);
+  }
+  // The first parameter of fragment k of F over n parameters: ranges of near-equal size.
+  static std::uint64_t fragment_lo(std::uint64_t n, std::uint64_t k, std::uint64_t f) {
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(n) * k) / f);
+  }
+  std::uint64_t range_lo() const { return fragment_lo(param_count, fragment, fragments); }
+  std::uint64_t range_len() const { return fragment_lo(param_count, fragment + 1, fragments) - range_lo(); }
+  // Floats per message of this snapshot (the whole range for chunk 0), and this message's.
+  std::uint64_t chunk_floats() const { return chunk == 0 || chunk > range_len() ? range_len() : chunk; }
+  std::uint64_t floats_here() const { return offset < range_len() ? std::min(chunk_floats(), range_len() - offset) : 0; }
 };
+// Most fragments a model may be cut into (a knob's bound, and what decoding accepts).
+constexpr std::uint32_t kMaxFragments = 64;
 constexpr std::uint64_t kMinExchangeChunk = 1u << 16;  // floats (256 KiB)
 
 // SWIM-style probe and its answer; both carry a view digest (and so everyone's clock).

@@ -58,6 +58,9 @@ struct Member {
   // (NaN: none yet), its clock then, and our Gossip::model_version() right after the mix.
   double ex_distance = NAN;
   std::uint64_t ex_clock = 0, ex_version = 0;
+  // Fragments (GossipConfig::fragments > 1): the fragments found equal since either model last
+  // changed (bit k: fragment k); ex_distance says "equal" only once every bit is set.
+  std::uint64_t ex_agree = 0;
   // Its last model was refused or clipped (bad input, robust mixing): picked as a partner only
   // when no other is left (Gossip::start_exchange).
   bool screened = false;

@@ -228,11 +228,17 @@ int codecs(const std::uint8_t* data, std::size_t size) {
   const std::size_t n = in.u32() % (1u << 16);
   const auto bytes = in.rest();
   try {
-    switch (sel % 4) {
+    switch (sel % 5) {
       case 0:
       case 1: {
         std::vector<float> out(n);
-        decode_dense(sel % 4 == 0 ? PayloadCodec::Fp16 : PayloadCodec::Int8, bytes, out);
+        decode_dense(sel % 5 == 0 ? PayloadCodec::Fp16 : PayloadCodec::Int8, bytes, out);
+        break;
+      }
+      case 4: {  // Q4, the int4 codec's residuals: exact sizes, finite levels and scales only
+        std::vector<float> out(n);
+        decode_dense(PayloadCodec::Int4, bytes, out);
+        if (!all_finite(out)) broken("int4 decoded a non-finite value");
         break;
       }
       case 2: {
@@ -285,7 +291,7 @@ std::vector<MemberDigest> fuzz_view(Input& in) {
 }
 
 // A message that passes the header decoders, so the handlers' own checks get exercised.
-Message structured_message(Input& in, PayloadCodec codec) {
+Message structured_message(Input& in, PayloadCodec codec, std::uint32_t fragments) {
   const std::uint8_t kind = in.u8();
   switch (kind % 6) {
     case 5: {  // state transfer: requests and chunks, of the model or of the extra state
@@ -300,15 +306,26 @@ Message structured_message(Input& in, PayloadCodec codec) {
       h.exchange_id = in.u8() % 4;
       h.clock = in.u16();
       h.weight = (in.u8() & 1) ? 1.0 : in.f64();
-      h.codec = (in.u8() & 3) ? codec : static_cast<PayloadCodec>(in.u8() % 4);
+      h.codec = (in.u8() & 3) ? codec : static_cast<PayloadCodec>(in.u8() % 6);
       h.param_count = (in.u8() & 3) ? kFuzzParams : in.u8();
       h.view = fuzz_view(in);
       if ((in.u8() & 7) == 0) {  // a chunk of a snapshot sent in several messages (version 5)
         h.offset = in.u32();
         h.chunk = in.u32();
       }
+      // Version 8: fragments (mostly ours, sometimes another count or out of range) and int4.
+      const std::uint8_t v8 = in.u8();
+      h.fragments = (v8 & 3) ? fragments : v8 % 7;
+      h.fragment = (v8 & 3) ? (v8 >> 2) % fragments : (v8 >> 3) % 7;
+      h.absolute = (v8 & 0x40) != 0;
+      h.ref_hash = (v8 & 0x80) ? in.u64() : 0;
       std::shared_ptr<const Bytes> payload;
-      if (in.u8() & 1) {
+      if (h.codec == PayloadCodec::Int4 && (v8 & 0x20) && h.fragments > 0 && h.fragment < h.fragments) {
+        // The size an int4 payload of this range must have, with wild contents.
+        auto p = std::make_shared<Bytes>(encoded_size(h.absolute ? PayloadCodec::Int8 : PayloadCodec::Int4, h.range_len()));
+        for (auto& b : *p) b = in.u8();
+        payload = p;
+      } else if (in.u8() & 1) {
         // Dense floats, some of them wild.
         auto p = std::make_shared<Bytes>(kFuzzParams * sizeof(float));
         for (std::size_t i = 0; i < kFuzzParams; ++i) {
@@ -363,6 +380,10 @@ int gossip(const std::uint8_t* data, std::size_t size) {
   const std::uint8_t mode = in.u8();
   GossipConfig cfg;
   cfg.codec = static_cast<PayloadCodec>(mode % 4);
+  if (mode & 128) {  // version 8: int4 in topk's place, or fragments with the other codecs
+    if (cfg.codec == PayloadCodec::TopK) cfg.codec = PayloadCodec::Int4;
+    else cfg.fragments = 3;
+  }
   cfg.robust.enabled = mode & 4;
   cfg.staleness = (mode & 8) ? 2.0 : INFINITY;
   cfg.topk_fraction = 0.25;
@@ -388,7 +409,7 @@ int gossip(const std::uint8_t* data, std::size_t size) {
         g.on_message(from, m);
         break;
       }
-      case 1: g.on_message(from, structured_message(in, cfg.codec)); break;
+      case 1: g.on_message(from, structured_message(in, cfg.codec, g.fragments())); break;
       case 2:
         ++clock;
         g.on_step_done(clock, clock * 10);

@@ -184,6 +184,7 @@ ParseResult parse_command_line(int argc, char** argv) {
       throw std::invalid_argument("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
     if (c.loop.gossip.robust.refuse_factor != 0 && c.loop.gossip.robust.refuse_factor < c.loop.gossip.robust.clip_factor)
       throw std::invalid_argument("--robust-refuse must be 0 or at least --robust-clip");
+    if (const std::string why = knob_conflicts(c.loop); !why.empty()) throw std::invalid_argument(why);
     net::parse_host_port(c.listen, "--listen", true);
     if (!c.metrics_listen.empty()) net::parse_host_port(c.metrics_listen, "--metrics-listen", true);
     for (const auto& j : c.join) net::parse_host_port(j, "--join", false);

@@ -229,6 +229,7 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
                           {"codec", codec_name(loop.settings().gossip.codec)},
                           {"payload_bytes_sent", gs.payload_bytes_sent},
                           {"payloads_sent", gs.payloads_sent},
+                          {"int4_absolute", gs.int4_absolute},
                           {"stale", gs.stale},
                           {"waits", ls.waits},
                           {"wait_s", ls.wait_seconds},

@@ -156,6 +156,12 @@ PYBIND11_MODULE(_rumor, m) {
     rumor::LoopSettings scratch;
     rumor::python::apply_knob(scratch, name, value);  // UnknownKnob: TypeError; bad value: ValueError
   });
+  // All of a peer's knobs together: those that do not combine (rumor::knob_conflicts): ValueError.
+  m.def("check_knobs", [](const std::map<std::string, std::string>& knobs) {
+    rumor::LoopSettings scratch;
+    for (const auto& [name, value] : knobs) rumor::python::apply_knob(scratch, name, value);
+    if (const std::string why = rumor::knob_conflicts(scratch); !why.empty()) throw std::invalid_argument(why);
+  });
   m.def("parse_host_port", [](const std::string& s, const std::string& what, bool allow_zero) {
     const rumor::net::HostPort hp = rumor::net::parse_host_port(s, what.c_str(), allow_zero);  // ValueError
     return py::make_tuple(hp.host, hp.port);

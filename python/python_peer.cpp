@@ -50,6 +50,7 @@ namespace {
 LoopSettings python_loop_settings(const NodeOptions& o) {
   LoopSettings ls;
   for (const auto& [name, value] : o.knobs) apply_knob(ls, name, value);
+  if (const std::string why = knob_conflicts(ls); !why.empty()) throw std::invalid_argument(why);
   ls.evaluate = false;                       // the user's loop evaluates (report())
   ls.epochs = 0;                             // ... and decides when training ends (close())
   ls.gossip.join_timeout_s = INFINITY;       // join(timeout) bounds the wait for a member

@@ -114,7 +114,9 @@ std::vector<double> InvariantChecker::conserved_sums(const Simulation& sim, bool
       if (!mixed) continue;  // the responder has not mixed (yet)
       if (count_owed) ++counts_.half_applied;
       for (std::size_t k = 0; k < dims_.size(); ++k) {
-        const std::size_t c = dims_[k];
+        // Fragments: the exchange owes only on its range; offsets count from its start.
+        if (dims_[k] < o.lo || dims_[k] - o.lo >= o.snapshot.size()) continue;
+        const std::size_t c = dims_[k] - o.lo;
         const Message* holder = nullptr;
         const ExchangeMsg* hh = nullptr;
         for (const auto& [m, h] : reply)

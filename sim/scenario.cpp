@@ -256,6 +256,7 @@ class Builder {
   void check_algorithm(const Scenario& s) {
     const std::string alg = std::string("algorithm.kind = ") + algorithm_name(s.algorithm);
     const std::string aw = where_of("algorithm.kind");
+    if (const std::string why = knob_conflicts(s.loop); !why.empty()) fail(where_of("gossip.fragments"), "gossip.fragments", why);
     if (s.algorithm == Algorithm::Gossip) {
       if (s.topology == Topology::OnePeerExponential || s.topology == Topology::DirectedExponential ||
           s.topology == Topology::RandomRegular || s.topology == Topology::RandomDirected)
@@ -268,6 +269,7 @@ class Builder {
     if (!s.partitions.empty()) fail(aw, "network.partition", alg + ": partitions are only simulated for gossip");
     if (s.loss > 0) fail(aw, "network.loss", alg + ": message loss is only simulated for gossip");
     if (s.loop.gossip.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
+    if (s.loop.gossip.fragments != 1) fail(aw, "gossip.fragments", alg + ": the synchronous algorithms average the whole model (fragments 1)");
     if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
     if (s.peer_evals) fail(aw, "output.peer_evals", alg + ": per-peer evaluations are only simulated for gossip");
     const std::uint32_t n = s.founders;

@@ -134,6 +134,7 @@ class Peer:
                                 f"{', '.join(sorted(KNOBS))})")
             texts[key] = _knob_text(value)
             _rumor.check_knob(key, texts[key])  # ValueError naming the setting and what it accepts
+        _rumor.check_knobs(texts)  # ValueError: settings that do not combine (codec topk with fragments > 1)
         if not wait_timeout > 0:
             raise ValueError("wait_timeout must be > 0 seconds")
         if swarm_key is not None and not os.path.isfile(swarm_key):

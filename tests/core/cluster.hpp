@@ -62,6 +62,10 @@ struct Cluster {
   double now = 0, latency = 0.003, step_time = 0.001;
   bool stepping = true;  // false: no more steps, so no new exchanges; open ones complete
   std::set<std::pair<PeerId, PeerId>> cut;  // (from, to) links that drop everything
+  // Drops the messages it returns true for (a lost reply or accept), when set.
+  std::function<bool(const PeerId& from, const PeerId& to, const Message& m)> drop;
+  // Changes a message on its way, when set (corrupted input that passes the frame checks).
+  std::function<void(const PeerId& from, const PeerId& to, Message& m)> tamper;
   TimedQueue<Ev> q;
   std::map<PeerId, std::unique_ptr<Node>> nodes;
   GossipConfig cfg = [] {
@@ -128,6 +132,8 @@ struct Cluster {
 inline double FixtureEnv::now() const { return c->now; }
 inline void FixtureEnv::send(const PeerId& to, Message msg) {
   if (c->cut.count({self, to})) return;
+  if (c->drop && c->drop(self, to, msg)) return;
+  if (c->tamper) c->tamper(self, to, msg);
   auto it = c->nodes.find(to);
   if (it == c->nodes.end() || !it->second->alive) {
     // Unreachable: reported later, like a refused connection (never from inside send()).

@@ -65,7 +65,7 @@ TEST_CASE("knobs: values are parsed and range-checked with messages that say wha
   CHECK_THROWS_WITH_AS(set_knob(*find_knob("local_steps"), s, "0"), doctest::Contains("out of range"), KnobError);
   CHECK_THROWS_WITH_AS(set_knob(*find_knob("local_steps"), s, "2.5"), doctest::Contains("whole number"), KnobError);
   CHECK_THROWS_WITH_AS(set_knob(*find_knob("staleness"), s, "-1"), doctest::Contains("or inf"), KnobError);
-  CHECK_THROWS_WITH_AS(set_knob(*find_knob("codec"), s, "zip"), doctest::Contains("none,fp16,int8,topk"), KnobError);
+  CHECK_THROWS_WITH_AS(set_knob(*find_knob("codec"), s, "zip"), doctest::Contains("none,fp16,int8,int4,topk"), KnobError);
   CHECK_THROWS_WITH_AS(set_knob(*find_knob("robust"), s, "maybe"), doctest::Contains("true or false"), KnobError);
   CHECK_THROWS_WITH_AS(set_knob(*find_knob("max_in_flight"), s, "3"), doctest::Contains("1..2"), KnobError);
   CHECK_THROWS_AS(set_knob(*find_knob("topk_fraction"), s, "nan"), KnobError);

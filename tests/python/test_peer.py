@@ -448,6 +448,10 @@ def test_every_loop_knob_is_a_keyword_with_the_flags_default_and_checks():
             rumor.Peer(**{name: k["default"]})  # the default, in the flag's text form, is accepted
     with pytest.raises(ValueError, match=r"exchange_timeout: unknown time unit 'parsecs'"):
         rumor.Peer(exchange_timeout="5 parsecs")
+    # Settings that do not combine are refused at once, with the same reason rumor-peer gives.
+    with pytest.raises(ValueError, match=r"topk does not combine with fragments"):
+        rumor.Peer(codec="topk", fragments=2)
+    rumor.Peer(codec="int4", fragments=4, codec_partners=4)
     with pytest.raises(ValueError, match=r"staleness: expected a whole number of steps >= 0, or inf, got '1.5'"):
         rumor.Peer(staleness=1.5)
     with pytest.raises(ValueError, match=r"max_in_flight: '3' is out of range \(expected 1..2\)"):
