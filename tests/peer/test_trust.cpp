@@ -201,7 +201,11 @@ TEST_CASE("robust: a member sending huge or NaN parameters cannot spoil the othe
     // the others, having missed the moment all four were in view, would wait the default 120 s.
     // 30 s, not less: under load (a CI run beside another) loading and joining took over 15 s, and
     // a peer that gave up waiting trained alone on its third of the data (0.686, as if spoiled).
-    std::vector<std::string> extra{"--min-peers", attack.empty() ? "3" : "4", "--min-peers-timeout", "30"};
+    // --throttle 20: 168 steps take about 2 s instead of 0.1 s, so the honest peers average
+    // while they train. Without it, whether any exchange landed within the 0.1 s depended on
+    // how fast the processes started and how busy the attack kept them (0 exchanges in one run:
+    // three models trained apart, 0.675 against 0.74, as if spoiled).
+    std::vector<std::string> extra{"--min-peers", attack.empty() ? "3" : "4", "--min-peers-timeout", "30", "--throttle", "20"};
     if (robust) extra.push_back("--robust");
     std::vector<std::unique_ptr<Process>> honest;
     honest.push_back(std::make_unique<Process>(quick("1/3", d / (tag + "0"), extra), d / (tag + "l0")));
