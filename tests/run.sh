@@ -18,7 +18,7 @@ rumor_build "$build" ${RUMOR_CMAKE_ARGS:-}
 
 # RUMOR_CUDA=AUTO (the default) builds the CUDA backend, test_gpu and bench_gpu wherever nvcc
 # exists, so they always compile and link; without a GPU their tests report themselves skipped.
-if [ -f "$build/gpu/librumor_gpu.a" ]; then
+if [ -f "$build/gpu/librumor_gpu.so" ]; then
   echo "== CUDA backend built (gpu/); GPU tests run where a device is, and are skipped elsewhere"
 else
   echo "== CUDA backend not built (no nvcc found, or RUMOR_CUDA=OFF)"

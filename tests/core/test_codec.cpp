@@ -209,7 +209,7 @@ TEST_CASE("codec: int4's error feedback: Q4 of x - ref reaches far below the 4-b
   CHECK(std::abs(sum1 - sum0) < 1e-3);
 }
 
-TEST_CASE("exchange header: fragments and int4 fields round-trip; a fragment out of range is a decode error") {
+TEST_CASE("exchange header: fragments and int4 fields round-trip, and a fragment out of range is a decode error") {
   ExchangeMsg h;
   h.param_count = 10;
   h.fragments = 3;

@@ -167,7 +167,7 @@ TEST_CASE("cli: a scenario's --peer-flags are what rumor-peer parses into the sa
   CHECK(s.loop.min_peers == 4);  // the quickstart's peers start together
 }
 
-TEST_CASE("cli: a CPU peer does not load the CUDA libraries; the CUDA plugin loads for --device cuda") {
+TEST_CASE("cli: a CPU peer does not load the CUDA libraries, and the CUDA plugin loads for --device cuda") {
   // The CUDA backend is a plugin (peer/gpu_plugin.hpp): rumor-peer itself links neither
   // libcudart nor libcublas, which cost every CPU peer 0.45 s of start-up here.
   FILE* f = ::popen(("ldd " + peer_binary() + " 2>&1").c_str(), "r");
