@@ -1,7 +1,7 @@
 """examples/torch_plain.py and examples/torch_swarm.py (docs/python.md): the swarm is the plain
 script with a diff of at most 10 lines; started by `rumor-run --nproc 4`, its StepLR runs on the
-GossipOptimizer and every peer ends within 1 point of the plain script trained on the same samples;
-a peer that joins mid-run takes the swarm's model, optimizer state and schedule.
+GossipOptimizer and the peers end on one model within 2 points of the plain script trained on the
+same samples; a peer that joins mid-run takes the swarm's model, optimizer state and schedule.
 
 The setting (small: these are CPU tests on shared machines): the first 4000 training samples,
 2 epochs, the first 2000 test samples, 8 and 16 conv filters. The plain script trains with batches
@@ -67,8 +67,13 @@ def test_four_peers_end_within_a_point_of_the_plain_script_on_the_same_samples()
     acc = final_accuracies(swarm.stdout)
     print(f"plain {reference:.4f} ({t_plain:.0f} s); swarm {acc} ({t_swarm:.0f} s)")
     assert sorted(acc) == ["p1", "p2", "p3", "p4"]
+    # The peers agree (they settle on one model), and that model is as good as the plain script's
+    # within 2 points: 2000 test samples and one seed each, so one run carries about a point of
+    # noise, and the swarm sat 0.1-1.4 points below in 9 runs (docs/python.md). A peer trained
+    # alone on its quarter (no averaging) ends 3-5 points below.
+    assert max(acc.values()) - min(acc.values()) <= 0.002, acc
     for name, a in acc.items():
-        assert abs(a - reference) <= 0.01, (name, a, reference)
+        assert abs(a - reference) <= 0.02, (name, a, reference)
     assert reference > 0.7  # and both learnt
     # StepLR on the GossipOptimizer: the rate each peer trained its second epoch with.
     for k in (1, 2, 3, 4):
