@@ -76,7 +76,7 @@ double Network::refused_after(std::uint32_t from, std::uint32_t to) const {
   return s_.refused_after >= 0 ? s_.refused_after : 2 * latency(from, to);
 }
 
-double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now) {
+double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now, double processing) {
   RUMOR_CHECK(from < nic_free_.size() && to < nic_free_.size());
   // The sender's NIC: busy for the message at its own rate.
   const double start = std::max(now, nic_free_[from]);
@@ -91,7 +91,7 @@ double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t byt
     rx_free_[to] = received;
     sent = std::max(sent, received);
   }
-  double arrive = sent + latency(from, to);
+  double arrive = sent + latency(from, to) + processing;
   if (s_.jitter > 0) arrive += rng_.exponential(1.0 / s_.jitter);
   // The links' in-order clocks: an entry at or before `now` says nothing any more (every
   // arrival from now on is later, and a refusal comes at now + refused_after at the

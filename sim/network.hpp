@@ -41,8 +41,10 @@ class Network {
   double refused_after(std::uint32_t from, std::uint32_t to) const;
 
   // Arrival time of a `bytes`-byte message sent at `now` (advances the sender's NIC and the
-  // link's in-order clock), or a negative number if the message is lost.
-  double transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now);
+  // link's in-order clock), or a negative number if the message is lost. `processing`: seconds
+  // the ends' CPU adds on the message's path (a payload's copies, hashes and checks), inside
+  // the link's order, so a later small message never overtakes it (one TCP connection).
+  double transmit(std::uint32_t from, std::uint32_t to, std::uint64_t bytes, double now, double processing = 0);
   // When the last message sent from `from` to `to` arrives (0: none): a peer learns that a
   // connection was reset only after what came over it before (one TCP connection per pair,
   // docs/wire.md), so a refusal is never earlier than this.

@@ -244,6 +244,47 @@ log_exchanges = on
   CHECK(streamed >= bytes / 10e6 + 2 * 0.02 - 1e-3);
 }
 
+TEST_CASE("network: the exchange CPU of a payload at both ends lies on its path") {
+  // The setting of the test above, one-shot, with 30 ms of exchange CPU per payload and end:
+  // each of the two payloads leaves after the sender's 30 ms and is mixed after the
+  // receiver's, so the round trip grows by 4 x 30 ms (one core each: nothing stretches it).
+  // Without this the simulator's round trips were half a real quickstart's (docs/sim.md).
+  const auto rtt_of = [](const char* exchange_cpu) {
+    const Scenario s = scn(std::string(R"(
+[run]
+peers = 2
+duration = 3
+settle = 0
+[workload]
+kind = quadratic
+training = off
+dim = 250000
+[compute]
+step_time = 1
+exchange_cpu = )") + exchange_cpu + R"(
+[network]
+latency = 20ms
+bandwidth = 10MB
+[gossip]
+max_in_flight = 1
+bootstrap = all
+stream_exchanges = off
+[output]
+log_exchanges = on
+)");
+    Simulation sim(s);
+    sim.run();
+    const std::string ev = sim.events_csv();
+    const auto at = ev.find("initiator rtt=");
+    REQUIRE(at != std::string::npos);
+    return std::stod(ev.substr(at + 14));
+  };
+  const double bytes = 32 + 1000000 + 100;
+  const double without = rtt_of("0");
+  CHECK(without == doctest::Approx(2 * (bytes / 10e6 + 0.02)).epsilon(0.01));
+  CHECK(rtt_of("30ms") == doctest::Approx(without + 4 * 0.03).epsilon(0.01));
+}
+
 TEST_CASE("network: a partition cuts exchanges across it for its window only") {
   const Scenario s = scn(kQuad, {"network.partition=p0..p5 from 1 to 2", "workload.steps=400"});
   Simulation sim(s);
