@@ -88,7 +88,7 @@ TEST_CASE("campaign: mutation endless_wait (a staleness wait that never ends) is
 
 // ---------------------------------------------------------------- a clean campaign
 
-TEST_CASE("campaign: 500 seeds run clean, and the faults fire") {
+TEST_CASE("campaign: 500 seeds run clean, the faults fire, and int4, fragments and outer momentum are drawn") {
   // The CI campaign of issue 29 (docs/testing.md): 500 seeds, about 100 s of CPU.
   CampaignOptions o;
   o.runs = 500;
@@ -105,6 +105,22 @@ TEST_CASE("campaign: 500 seeds run clean, and the faults fire") {
     INFO(fault_name(static_cast<FaultPoint>(k)));
     CHECK(r.faults[k] > 0);
   }
+  // Among them, runs with the 4-bit codec, with fragments, with outer momentum, and with
+  // fragments and int4 at once (issue 32's knobs under faults).
+  int int4 = 0, fragments = 0, outer = 0, both = 0;
+  for (std::uint64_t seed = 1; seed <= 500; ++seed) {
+    const std::string t = campaign_scenario(seed);
+    const bool i4 = t.find("codec = int4\n") != std::string::npos, fr = t.find("fragments = ") != std::string::npos;
+    int4 += i4;
+    fragments += fr;
+    both += i4 && fr;
+    outer += t.find("outer_momentum = ") != std::string::npos;
+  }
+  INFO("int4 " << int4 << ", fragments " << fragments << ", outer momentum " << outer << ", int4 with fragments " << both);
+  CHECK(int4 >= 20);
+  CHECK(fragments >= 40);
+  CHECK(outer >= 30);
+  CHECK(both >= 3);
 }
 
 // ---------------------------------------------------------------- replay
