@@ -102,7 +102,10 @@ def check_scrape(peer, fams):
         check(counts and counts[-1] == total, f"{h}: +Inf bucket {counts[-1:]} != count {total}")
     pay_n = [s.value for s in fams["rumor_exchange_payload_bytes"].samples if s.name.endswith("_count")][0]
     pay_sum = [s.value for s in fams["rumor_exchange_payload_bytes"].samples if s.name.endswith("_sum")][0]
-    check(pay_n == done, f"payload histogram count {pay_n} != exchanges done {done}")
+    # One observation per exchange done; a scrape of a live peer can land between an exchange's
+    # payload observation and its counter (a CI run saw 3307 against 3306), at most one per
+    # exchange in flight (2).
+    check(0 <= pay_n - done <= 2, f"payload histogram count {pay_n} vs exchanges done {done}")
     check(abs(pay_sum - pay_n * SYNTHETIC_PARAMS * 4) < 1e-6 * pay_sum + 1, f"payload bytes {pay_sum}/{pay_n}")
     dur_n = [s.value for s in fams["rumor_exchange_duration_seconds"].samples if s.name.endswith("_count")][0]
     check(0 < dur_n <= done, f"duration histogram count {dur_n} (initiators only) vs done {done}")
