@@ -200,14 +200,11 @@ TEST_CASE("engine: training off, the mean is conserved to 1e-9 while the arithme
   }
 }
 
-TEST_CASE("network: a message is serialised at the NIC's bandwidth, then takes the latency") {
-  // Two peers, 250,000 floats (1 MB payload) at 10 MB/s and 20 ms. One-shot exchanges: the
-  // round trip is two messages of ~0.1 s each plus two latencies, and the responder answers at
-  // once (it is idle: training off). Streamed (the default), the reply leaves before the
-  // request's payload has arrived, so the round trip is shorter, but never shorter than one
-  // payload's serialisation and the two latencies.
-  const auto rtt_of = [](const char* stream) {
-    const Scenario s = scn(std::string(R"(
+namespace {
+// Two peers, 250,000 floats (1 MB payload) at 10 MB/s and 20 ms, training off, one exchange in
+// flight: the first initiator's round trip (seconds), with `sets` applied to that setting.
+double first_rtt(const std::vector<std::string>& sets) {
+  const Scenario s = scn(R"(
 [run]
 peers = 2
 duration = 3
@@ -224,24 +221,31 @@ bandwidth = 10MB
 [gossip]
 max_in_flight = 1
 bootstrap = all
-stream_exchanges = )") + stream + R"(
 [output]
 log_exchanges = on
-)");
-    Simulation sim(s);
-    sim.run();
-    const std::string ev = sim.events_csv();
-    const auto at = ev.find("initiator rtt=");
-    REQUIRE(at != std::string::npos);
-    return std::stod(ev.substr(at + 14));
-  };
-  const double bytes = 32 + 1000000 + 100;  // frame header + payload + a small message header
-  const double one_shot = rtt_of("off");
-  CHECK(one_shot == doctest::Approx(2 * (bytes / 10e6 + 0.02)).epsilon(0.01));
-  const double streamed = rtt_of("on");
+)",
+                         sets);
+  Simulation sim(s);
+  sim.run();
+  const std::string ev = sim.events_csv();
+  const auto at = ev.find("initiator rtt=");
+  REQUIRE(at != std::string::npos);
+  return std::stod(ev.substr(at + 14));
+}
+constexpr double kRttBytes = 32 + 1000000 + 100;  // frame header + payload + a small message header
+}  // namespace
+
+TEST_CASE("network: a message is serialised at the NIC's bandwidth, then takes the latency") {
+  // One-shot exchanges: the round trip is two messages of ~0.1 s each plus two latencies, and
+  // the responder answers at once (it is idle: training off). Streamed (the default), the reply
+  // leaves before the request's payload has arrived, so the round trip is shorter, but never
+  // shorter than one payload's serialisation and the two latencies.
+  const double one_shot = first_rtt({"gossip.stream_exchanges=off"});
+  CHECK(one_shot == doctest::Approx(2 * (kRttBytes / 10e6 + 0.02)).epsilon(0.01));
+  const double streamed = first_rtt({"gossip.stream_exchanges=on"});
   INFO("one-shot " << one_shot << " s, streamed " << streamed << " s");
   CHECK(streamed < one_shot - 0.01);
-  CHECK(streamed >= bytes / 10e6 + 2 * 0.02 - 1e-3);
+  CHECK(streamed >= kRttBytes / 10e6 + 2 * 0.02 - 1e-3);
 }
 
 TEST_CASE("network: the exchange CPU of a payload at both ends lies on its path") {
@@ -249,40 +253,10 @@ TEST_CASE("network: the exchange CPU of a payload at both ends lies on its path"
   // each of the two payloads leaves after the sender's 30 ms and is mixed after the
   // receiver's, so the round trip grows by 4 x 30 ms (one core each: nothing stretches it).
   // Without this the simulator's round trips were half a real quickstart's (docs/sim.md).
-  const auto rtt_of = [](const char* exchange_cpu) {
-    const Scenario s = scn(std::string(R"(
-[run]
-peers = 2
-duration = 3
-settle = 0
-[workload]
-kind = quadratic
-training = off
-dim = 250000
-[compute]
-step_time = 1
-exchange_cpu = )") + exchange_cpu + R"(
-[network]
-latency = 20ms
-bandwidth = 10MB
-[gossip]
-max_in_flight = 1
-bootstrap = all
-stream_exchanges = off
-[output]
-log_exchanges = on
-)");
-    Simulation sim(s);
-    sim.run();
-    const std::string ev = sim.events_csv();
-    const auto at = ev.find("initiator rtt=");
-    REQUIRE(at != std::string::npos);
-    return std::stod(ev.substr(at + 14));
-  };
-  const double bytes = 32 + 1000000 + 100;
-  const double without = rtt_of("0");
-  CHECK(without == doctest::Approx(2 * (bytes / 10e6 + 0.02)).epsilon(0.01));
-  CHECK(rtt_of("30ms") == doctest::Approx(without + 4 * 0.03).epsilon(0.01));
+  const double without = first_rtt({"gossip.stream_exchanges=off"});
+  CHECK(without == doctest::Approx(2 * (kRttBytes / 10e6 + 0.02)).epsilon(0.01));
+  CHECK(first_rtt({"gossip.stream_exchanges=off", "compute.exchange_cpu=30ms"}) ==
+        doctest::Approx(without + 4 * 0.03).epsilon(0.01));
 }
 
 TEST_CASE("network: a partition cuts exchanges across it for its window only") {
