@@ -65,7 +65,8 @@ TEST_CASE("swarm: a peer killed with SIGKILL mid-run does not hang the others") 
     REQUIRE(done.size() == 1);
     CHECK(field(done[0], "wall_s") < 9.0);  // 6 s of training plus slack: nobody waited on the dead
     // The log at its default level says it once when the dead peer becomes unreachable and once
-    // when it is declared dead, not once per retry (the rest is at debug).
+    // when it is declared dead, not once per retry (the rest is at debug); an exchange that was
+    // in flight to it when it died adds its own failure line (a clean CI run: p0 logged all three).
     std::ifstream log(d / ("log" + std::to_string(i)));
     int lines = 0;
     for (std::string l; std::getline(log, l);)
@@ -74,7 +75,7 @@ TEST_CASE("swarm: a peer killed with SIGKILL mid-run does not hang the others") 
         ++lines;
         MESSAGE("p" << i << ": " << l);
       }
-    CHECK(lines <= 2);
+    CHECK(lines <= 3);
   }
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 15);
 }
