@@ -138,7 +138,8 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
         me.incarnation = d.incarnation + 1;
       continue;
     }
-    if (overlay_ && !view_.find(d.id)) {
+    Member* known = view_.find(d.id);
+    if (overlay_ && !known) {
       // Partial views keep only their members: news of others is not ours to hold, except
       // the sender's own digest (first: a peer that reached us is a passive candidate) and up
       // to kFreshPerMessage others, which keep the passive view a fresh random sample of the
@@ -149,7 +150,7 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
       }
       continue;
     }
-    if (auto c = view_.merge(d, now)) report_change(*c);
+    if (auto c = view_.merge(d, now, known)) report_change(*c);
   }
   if (!overlay_ && cfg_.view == ViewMode::Auto && view_.live_count() + 1 > cfg_.view_threshold) go_partial(0);
 }

@@ -7,64 +7,89 @@
 namespace rumor {
 
 namespace {
-bool erase_from(std::vector<PeerId>& v, const PeerId& id) {
-  const auto it = std::find(v.begin(), v.end(), id);
-  if (it == v.end()) return false;
-  *it = v.back();  // order does not matter; what it is stays a function of the history
-  v.pop_back();
-  return true;
+std::size_t id_hash(const PeerId& id) { return std::hash<PeerId>{}(id); }
+std::size_t find_in(const std::vector<PeerId>& ids, const std::vector<std::size_t>& hashes, const PeerId& id,
+                    std::size_t h) {
+  for (std::size_t i = 0; i < hashes.size(); ++i)
+    if (hashes[i] == h && ids[i] == id) return i;
+  return ids.size();
 }
 }  // namespace
+
+std::size_t Overlay::Ids::find(const PeerId& id, std::size_t h) const { return find_in(ids, hashes, id, h); }
+void Overlay::Ids::push(const PeerId& id, std::size_t h) {
+  ids.push_back(id);
+  hashes.push_back(h);
+}
+void Overlay::Ids::put(std::size_t i, const PeerId& id, std::size_t h) {
+  ids[i] = id;
+  hashes[i] = h;
+}
+bool Overlay::Ids::erase(const PeerId& id, std::size_t h) {
+  const std::size_t i = find(id, h);
+  if (i == ids.size()) return false;
+  // Order does not matter; what it is stays a function of the history.
+  ids[i] = std::move(ids.back());
+  hashes[i] = hashes.back();
+  ids.pop_back();
+  hashes.pop_back();
+  return true;
+}
 
 std::size_t default_active_view(std::size_t n) {
   const double k = std::floor(std::log2(static_cast<double>(std::max<std::size_t>(n, 2)))) + 1;
   return std::max<std::size_t>(4, static_cast<std::size_t>(k));
 }
 
-bool Overlay::in_active(const PeerId& id) const { return std::find(active_.begin(), active_.end(), id) != active_.end(); }
+bool Overlay::in_active(const PeerId& id) const { return find_in(active_, active_h_, id, id_hash(id)) != active_.size(); }
 bool Overlay::in_passive(const PeerId& id) const {
-  return std::find(passive_.begin(), passive_.end(), id) != passive_.end();
+  return find_in(passive_, passive_h_, id, id_hash(id)) != passive_.size();
 }
 
 std::optional<PeerId> Overlay::add_active(const PeerId& id, Rng& rng) {
-  if (in_active(id)) return std::nullopt;
-  erase_from(passive_, id);
+  const std::size_t h = id_hash(id);
+  if (active_ids().find(id, h) != active_.size()) return std::nullopt;
+  passive_ids().erase(id, h);
   pending.erase(id);
   std::optional<PeerId> dropped;
   if (active_cap_ > 0 && active_.size() >= active_cap_) {
     const std::size_t j = rng.below(active_.size());
     dropped = active_[j];
-    active_[j] = id;
+    active_ids().put(j, id, h);
     add_passive(*dropped, rng);
   } else {
-    active_.push_back(id);
+    active_ids().push(id, h);
   }
   return dropped;
 }
 
 std::optional<PeerId> Overlay::add_passive(const PeerId& id, Rng& rng) {
-  if (in_active(id) || in_passive(id) || passive_cap_ == 0) return std::nullopt;
+  const std::size_t h = id_hash(id);
+  if (active_ids().find(id, h) != active_.size() || passive_ids().find(id, h) != passive_.size() ||
+      passive_cap_ == 0)
+    return std::nullopt;
   if (passive_.size() < passive_cap_) {
-    passive_.push_back(id);
+    passive_ids().push(id, h);
     return std::nullopt;
   }
   const std::size_t j = rng.below(passive_.size());
   PeerId dropped = passive_[j];
-  passive_[j] = id;
+  passive_ids().put(j, id, h);
   pending.erase(dropped);
   return dropped;
 }
 
 bool Overlay::demote(const PeerId& id, Rng& rng) {
-  if (!erase_from(active_, id)) return false;
+  if (!active_ids().erase(id, id_hash(id))) return false;
   if (auto dropped = add_passive(id, rng)) (void)dropped;  // the caller trims View later
   return true;
 }
 
 bool Overlay::remove(const PeerId& id) {
   pending.erase(id);
-  const bool a = erase_from(active_, id);
-  const bool p = erase_from(passive_, id);
+  const std::size_t h = id_hash(id);
+  const bool a = active_ids().erase(id, h);
+  const bool p = passive_ids().erase(id, h);
   return a || p;
 }
 

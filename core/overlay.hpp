@@ -63,8 +63,21 @@ class Overlay {
 
  private:
   static std::vector<PeerId> sample(const std::vector<PeerId>& v, std::size_t k, Rng& rng);
+  // Each view's ids, with their hashes beside them in the same order: membership tests (a
+  // few per digest entry received) compare hashes and only a match's string.
+  struct Ids {
+    std::vector<PeerId>& ids;
+    std::vector<std::size_t>& hashes;
+    std::size_t find(const PeerId& id, std::size_t h) const;  // ids.size() if absent
+    void push(const PeerId& id, std::size_t h);
+    void put(std::size_t i, const PeerId& id, std::size_t h);
+    bool erase(const PeerId& id, std::size_t h);  // swap-remove
+  };
+  Ids active_ids() { return {active_, active_h_}; }
+  Ids passive_ids() { return {passive_, passive_h_}; }
   std::size_t active_cap_, passive_cap_;
   std::vector<PeerId> active_, passive_;
+  std::vector<std::size_t> active_h_, passive_h_;
 };
 
 // log2(n) + 1, at least 4: the active view's default size for an estimated swarm of n.

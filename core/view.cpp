@@ -33,16 +33,20 @@ int severity(MemberState s) {
 }  // namespace
 
 std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
+  return merge(d, now, index_find(d.id));
+}
+
+std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;
-  Member* found = index_find(d.id);
   if (!found) {
     Member m;
     m.d = d;
     m.last_heard = now;
     m.clock_seen = now;
     if (d.state == MemberState::Suspect) m.suspect_since = now;
-    Member& added = members_.emplace(d.id, m).first->second;
-    index_insert(&added, id_hash(d.id));
+    const Node node = members_.emplace(d.id, m).first;
+    Member& added = node->second;
+    index_insert(node, id_hash(d.id));
     all_.push_back(&added);
     if (added.d.state == MemberState::Alive) {
       added.alive_pos = alive_.size();
@@ -118,8 +122,9 @@ void View::state_changed(Member& m, MemberState before) {
 }
 
 bool View::erase(const PeerId& id) {
-  auto it = members_.find(id);
-  if (it == members_.end()) return false;
+  const std::size_t slot = index_slot(id);
+  if (slot == index_.size()) return false;
+  const Node it = index_[slot].node;
   Member& m = it->second;
   live_count_ -= m.live();
   live_trainers_ -= m.live_trainer();
@@ -132,7 +137,7 @@ bool View::erase(const PeerId& id) {
   }
   // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
   all_.erase(std::find(all_.begin(), all_.end(), &m));
-  index_erase(&m);
+  index_erase_at(slot);
   members_.erase(it);
   return true;
 }
@@ -145,34 +150,37 @@ std::size_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(
 }  // namespace
 
 Member* View::index_find(std::string_view id) const {
-  if (index_.empty()) return nullptr;
+  const std::size_t i = index_slot(id);
+  return i == index_.size() ? nullptr : index_[i].m;
+}
+
+std::size_t View::index_slot(std::string_view id) const {
+  if (index_.empty()) return 0;
   const std::size_t mask = index_.size() - 1, h = id_hash(id);
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const IndexSlot& s = index_[i];
-    if (!s.m) return nullptr;
-    if (s.hash == h && s.m->d.id == id) return s.m;
+    if (!s.m) return index_.size();
+    if (s.hash == h && s.m->d.id == id) return i;
   }
 }
 
-void View::index_insert(Member* m, std::size_t hash) {
+void View::index_insert(Node node, std::size_t hash) {
   if (2 * (index_used_ + 1) > index_.size()) {
     std::vector<IndexSlot> old(std::max<std::size_t>(16, 2 * index_.size()));
     old.swap(index_);
     index_used_ = 0;
     for (const IndexSlot& s : old)
-      if (s.m) index_insert(s.m, s.hash);
+      if (s.m) index_insert(s.node, s.hash);
   }
   const std::size_t mask = index_.size() - 1;
   std::size_t i = hash & mask;
   while (index_[i].m) i = (i + 1) & mask;
-  index_[i] = {hash, m};
+  index_[i] = {hash, &node->second, node};
   ++index_used_;
 }
 
-void View::index_erase(const Member* m) {
+void View::index_erase_at(std::size_t i) {
   const std::size_t mask = index_.size() - 1;
-  std::size_t i = id_hash(m->d.id) & mask;
-  while (index_[i].m != m) i = (i + 1) & mask;
   index_[i] = {};
   --index_used_;
   // Backward shift: move later entries of the probe run into the hole when their home slot
@@ -197,6 +205,7 @@ std::vector<PeerId> View::live_ids() const {
 
 std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   std::vector<MemberDigest> out;
+  out.reserve(std::min(limit, members_.size() + 1));
   out.push_back(self_);
   if (limit <= 1) return out;
   if (members_.size() + 1 <= limit) {
