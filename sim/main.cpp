@@ -223,7 +223,19 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "rumor-sim: sweep done, wall {:.1f} s; sweep.csv, runs.csv, summary.csv, summary.md in {}\n", wall,
                  out_dir);
     } else {
-      const rumor::sim::RunOutcome o = rumor::sim::run_scenario(s, out_dir);
+      // A long run says how far it has got: a line every 10 s of wall time (nothing for the
+      // usual runs of a few seconds).
+      auto last_line = t0;
+      const auto progress = [&](const rumor::sim::Simulation& sim) {
+        const auto t = std::chrono::steady_clock::now();
+        if (t - last_line < std::chrono::seconds(10)) return;
+        last_line = t;
+        const double el = std::chrono::duration<double>(t - t0).count();
+        const auto events = sim.totals().events;
+        fmt::print(stderr, "rumor-sim: {:.1f} s virtual, {} events, {} exchanges, {:.0f} s wall ({:.0f} events/s)\n",
+                   sim.now(), events, sim.totals().exchanges, el, static_cast<double>(events) / el);
+      };
+      const rumor::sim::RunOutcome o = rumor::sim::run_scenario(s, out_dir, progress);
       if (!o.invariant.empty()) {
         fmt::print(stderr, "rumor-sim: broken invariant: {}\n", o.invariant);
         invariant_broken = true;

@@ -63,11 +63,15 @@ Stat stat(const std::vector<double>& v) {
 
 }  // namespace
 
-RunOutcome run_scenario(const Scenario& s, const std::string& dir) {
+RunOutcome run_scenario(const Scenario& s, const std::string& dir, const std::function<void(const Simulation&)>& progress) {
   RunOutcome r;
   r.peers = s.founders;
   if (s.algorithm == Algorithm::Gossip) {
     Simulation sim(s);
+    if (progress)
+      sim.set_after_event([&progress, n = std::uint64_t{0}](const Simulation& x) mutable {
+        if ((++n & 0xffff) == 0) progress(x);
+      });
     if (const InvariantChecker* c = sim.invariants()) {
       // Under the checker a run that would never end (a liveness bug) stops at its bound.
       while (sim.now() <= c->run_bound() && sim.step()) {

@@ -37,7 +37,10 @@ struct RunOutcome {
 };
 
 // Runs one scenario to the end (either engine) and, if `dir` is not empty, writes its outputs.
-RunOutcome run_scenario(const Scenario& s, const std::string& dir);
+// `progress`, if set, is called every 65,536 events of a gossip run (rumor-sim prints a line
+// from it now and then on a long run); it must not change the simulation.
+RunOutcome run_scenario(const Scenario& s, const std::string& dir,
+                        const std::function<void(const Simulation&)>& progress = {});
 
 struct SweepRun {
   std::size_t index = 0;
