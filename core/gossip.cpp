@@ -314,6 +314,7 @@ std::uint64_t Gossip::chunk_floats() const {
 }
 
 std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
+  if (!cfg_.pool_snapshots) return std::make_shared<Bytes>(n);
   for (const auto& b : snapshot_pool_)
     if (b.use_count() == 1 && b->size() == n) {
       // Only the pool holds it, so nobody else can take a new reference. use_count() is a

@@ -165,6 +165,11 @@ struct GossipConfig {
   // Test-only (the simulator's `faults.mutation = keep_dead`, docs/testing.md): a suspect is
   // never declared dead, so a crashed member is never removed. Never set by the daemon.
   bool test_keep_dead = false;
+  // Keep idle snapshot buffers for the next exchange (snapshot_buffer). The simulator turns it
+  // off: its thousands of peers would each hold up to max_in_flight + 1 idle copies of their
+  // model (half the memory of a 10,000-peer logistic-regression run), and it pays no page
+  // faults. Never set by the daemon.
+  bool pool_snapshots = true;
   // Membership views (core/gossip_overlay.cpp, docs/ARCHITECTURE.md "Membership"). Auto keeps
   // full views up to view_threshold members: below that a full view costs little (64 digests
   // of about 150 bytes) and its neighbour choice is the complete graph's; above it memory per

@@ -71,8 +71,14 @@ double Trainer::compute_gradient() {
   batch_rows_ = idx.size();
   if (host_) {
     gather_batch(*shard_, idx, bx_, by_, bt_);
-    return model_->loss_and_grad(params_, bx_.data(), idx.size(), by_.empty() ? nullptr : by_.data(),
-                                 bt_.empty() ? nullptr : bt_.data(), grad_);
+    const double loss = model_->loss_and_grad(params_, bx_.data(), idx.size(), by_.empty() ? nullptr : by_.data(),
+                                              bt_.empty() ? nullptr : bt_.data(), grad_);
+    if (!cfg_.keep_batch_buffers) {
+      std::vector<float>().swap(bx_);
+      std::vector<std::int32_t>().swap(by_);
+      std::vector<float>().swap(bt_);
+    }
+    return loss;
   }
   sync_to_device();
   Backend& be = *backend_;

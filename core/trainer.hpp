@@ -41,6 +41,9 @@ struct TrainerConfig {
   std::uint64_t seed = 1;       // batch order
   std::uint64_t init_seed = 0;  // initial parameters (0: use `seed`)
   std::shared_ptr<Backend> backend;  // where the math runs; null = the CPU (Eigen)
+  // Keep the gathered batch's buffers between steps (no allocation per step). The simulator's
+  // thousands of trainers, one step at a time in one process, release them instead.
+  bool keep_batch_buffers = true;
 };
 
 // Where training stands: enough to resume (checkpoints) or to start from another peer's place

@@ -99,6 +99,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   // Test-only mutations (faults.mutation): the checker still holds the peers to the scenario.
   if (s.faults.mutation == Mutation::SkipOverlap) ls.gossip.staleness = INFINITY;
   if (s.faults.mutation == Mutation::KeepDead) ls.gossip.test_keep_dead = true;
+  ls.gossip.pool_snapshots = false;  // memory: thousands of peers, one process
   for (auto j : topology_neighbours(s.topology, p.index, s.total_ids)) ls.gossip.neighbours.push_back(peers[j].id);
   // The incarnation is the life: a restarted peer outranks its tombstone in every view (the
   // daemon uses wall-clock milliseconds for the same effect).

@@ -203,6 +203,7 @@ std::unique_ptr<PeerModel> Workload::make_peer(std::uint32_t index, std::uint32_
   // `peer_seeds = distinct` gives each its own batch order (the initial model stays common).
   tc.seed = s_.same_seed ? s_.seed : Rng(s_.seed).fork(0x5EED0000ull + index)();
   tc.init_seed = s_.seed;
+  tc.keep_batch_buffers = false;  // memory: thousands of trainers, one step at a time
   return std::make_unique<TrainerPeer>(tc, shards_[index], input_dim_, output_dim_);
 }
 
