@@ -19,6 +19,14 @@ constexpr std::size_t kAlignFrom = 256;
 constexpr std::size_t kAlign = 64;
 
 #if defined(__SANITIZE_ADDRESS__)
+#define RUMOR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+#define RUMOR_ASAN 1
+#endif
+#endif
+
+#if defined(RUMOR_ASAN)
 // Under AddressSanitizer the bytes before a block are its redzone: aligned_alloc, as ASan
 // intercepts it (the same alignment, so the same arithmetic).
 void* allocate(std::size_t n) {
