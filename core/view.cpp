@@ -151,7 +151,7 @@ std::size_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(
 
 Member* View::index_find(std::string_view id) const {
   const std::size_t i = index_slot(id);
-  return i == index_.size() ? nullptr : index_[i].m;
+  return i == index_.size() ? nullptr : index_[i].member();
 }
 
 std::size_t View::index_slot(std::string_view id) const {
@@ -159,8 +159,8 @@ std::size_t View::index_slot(std::string_view id) const {
   const std::size_t mask = index_.size() - 1, h = id_hash(id);
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const IndexSlot& s = index_[i];
-    if (!s.m) return index_.size();
-    if (s.hash == h && s.m->d.id == id) return i;
+    if (!s.used) return index_.size();
+    if (s.hash == h && s.member()->d.id == id) return i;
   }
 }
 
@@ -170,12 +170,12 @@ void View::index_insert(Node node, std::size_t hash) {
     old.swap(index_);
     index_used_ = 0;
     for (const IndexSlot& s : old)
-      if (s.m) index_insert(s.node, s.hash);
+      if (s.used) index_insert(s.node, s.hash);
   }
   const std::size_t mask = index_.size() - 1;
   std::size_t i = hash & mask;
-  while (index_[i].m) i = (i + 1) & mask;
-  index_[i] = {hash, &node->second, node};
+  while (index_[i].used) i = (i + 1) & mask;
+  index_[i] = {hash, node, true};
   ++index_used_;
 }
 
@@ -185,7 +185,7 @@ void View::index_erase_at(std::size_t i) {
   --index_used_;
   // Backward shift: move later entries of the probe run into the hole when their home slot
   // allows it, so lookups never need tombstones.
-  for (std::size_t j = (i + 1) & mask; index_[j].m; j = (j + 1) & mask) {
+  for (std::size_t j = (i + 1) & mask; index_[j].used; j = (j + 1) & mask) {
     const std::size_t k = index_[j].hash & mask;
     const bool movable = i <= j ? (k <= i || k > j) : (k <= i && k > j);
     if (movable) {

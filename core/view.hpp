@@ -131,8 +131,9 @@ class View {
   using Node = std::map<PeerId, Member>::iterator;
   struct IndexSlot {
     std::size_t hash = 0;
-    Member* m = nullptr;
     Node node{};
+    bool used = false;
+    Member* member() const { return &node->second; }
   };
   Member* index_find(std::string_view id) const;
   std::size_t index_slot(std::string_view id) const;  // index_.size() if absent
