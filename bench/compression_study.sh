@@ -22,7 +22,8 @@
 #        0.9, in runs named H<h>-<codec>+outer), FRAGMENTS="1" (grid: "1 4" adds runs with
 #        --fragments 4, named H<h>-<codec>+f4; topk is not combined with fragments),
 #        STALE_EPOCHS=1, REPEATS=3, BASE_THROTTLE=3, REPEAT_FROM=1 (e.g. REPEAT_FROM=4 REPEATS=5
-#        adds two repeats to those already in OUT_DIR)
+#        adds two repeats to those already in OUT_DIR), PEER_FLAGS (added to every peer's flags,
+#        e.g. PEER_FLAGS="--model cnn:c32k5,p2,c64k5,p2,f1024" for the CNN)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$here/build}"
@@ -44,7 +45,7 @@ mkdir -p "$out"
 # run NAME FLAGS-FOR-ALL [FLAGS-FOR-PEER-1 [FLAGS-FOR-PEERS-2-4]]: starts 4 peers, waits,
 # leaves NAME/m{1..4}.jsonl
 run() {
-  local name="$1" all="$2" first="${3:-}" rest="${4:-}"
+  local name="$1" all="$2 ${PEER_FLAGS:-}" first="${3:-}" rest="${4:-}"
   local d="$out/$name"
   rm -rf "$d"; mkdir -p "$d"
   "$bin" --listen 127.0.0.1:0 --shard 1/4 --min-peers 4 --name p1 --metrics "$d/m1.jsonl" $all $first 2>"$d/p1.log" &
