@@ -3,6 +3,9 @@
 // share a peer takes.
 #include "sim/simulation_impl.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/model.hpp"
 
 namespace rumor::sim {
@@ -72,6 +75,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.pending_cpu = 0;
   const Rng root(s.seed);
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
+  if (s.time_slice > 0) p.slice_phase = root.fork(streams::kSliceBase + p.index).fork(p.life).uniform(0, 1);
   p.model = work->make_peer(p.index, p.life);
   p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
   // A restart after a fault crash resumes from the model and step it had (a checkpoint).
@@ -192,11 +196,38 @@ void Simulation::Impl::begin_step(Peer& p) {
     return;
   }
   p.busy = true;
+  if (s.time_slice > 0) {
+    const double work = draw_step(p) + p.pending_cpu;
+    p.pending_cpu = 0;
+    p.step_end_at = cpu_end(p, now, work);
+    p.step_seconds = p.step_end_at - now;
+    schedule(cpu_end(p, now, s.mid_fraction * work), EventKind::StepMid, p.index, p.life);
+    return;
+  }
   const double d = (draw_step(p) + p.pending_cpu) * cpu_factor();
   p.pending_cpu = 0;
   p.step_seconds = d;
   p.step_end_at = now + d;
   schedule(now + s.mid_fraction * d, EventKind::StepMid, p.index, p.life);
+}
+
+double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const {
+  const double f = cpu_factor();
+  if (s.time_slice <= 0 || f <= 1.0) return start + work * f;
+  // Windows of `on` seconds every `period`, shifted by the peer's phase; the work advances
+  // only inside them. Each window passed consumes `on` > 0 of it, so this ends.
+  const double on = s.time_slice, period = on * f, phase = p.slice_phase * period;
+  double k = std::floor((start - phase) / period);
+  double t = start, left = work;
+  for (;;) {
+    const double from = std::max(t, phase + k * period), to = phase + k * period + on;
+    if (from < to) {
+      if (left <= to - from) return from + left;
+      left -= to - from;
+    }
+    k += 1;
+    t = phase + k * period;
+  }
 }
 
 void Simulation::Impl::step_mid(Peer& p) {
@@ -235,7 +266,8 @@ void Simulation::Impl::peer_eval(Peer& p) {
 void Simulation::Impl::pause(Peer& p) {
   p.busy = true;
   update_cpu(p);
-  schedule(now + s.classes[p.cls].eval_time * cpu_factor(), EventKind::Resume, p.index, p.life);
+  const double e = s.classes[p.cls].eval_time;
+  schedule(s.time_slice > 0 ? cpu_end(p, now, e) : now + e * cpu_factor(), EventKind::Resume, p.index, p.life);
 }
 
 void Simulation::Impl::exit_peer(Peer& p) {

@@ -196,6 +196,12 @@ struct Scenario {
   // peer training, evaluating or settling (rumor-peer's compute thread is at nice 5), 1024 for
   // one loading its data (nice 0). docs/sim.md.
   double shared_cores = 0;
+  // > 0 (with shared_cores): the cores are shared by time slices, not evenly at every instant.
+  // A peer slowed by a factor f runs for time_slice, then waits (f - 1) x time_slice, and its
+  // steps and evaluations advance only while it runs; inputs that arrive while it waits are
+  // handled after. (The kernel's tick here: 4 ms on, 4 ms off with 4 busy threads on 2 cores;
+  // `rumor-sim --calibrate` measures it.) 0: every peer advances at 1/f all the time.
+  double time_slice = 0;
   std::vector<PeerClass> classes;
   std::vector<StragglerSpec> stragglers;
   // [churn]

@@ -116,6 +116,7 @@ struct Peer {
   double wait_until = -1;       // the WaitTick event set for the current wait
   std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
+  double slice_phase = 0; // compute.time_slice: where in the period its slices fall, in [0, 1)
   bool active = false;    // counted in Impl::active: loading or running
   std::vector<Input> inbox;
   std::unique_ptr<SimEnv> env;
@@ -240,6 +241,9 @@ struct Simulation::Impl {
     if (s.shared_cores <= 0) return 1.0;
     return std::max(1.0, static_cast<double>(cpu_weight) / (kTrainWeight * s.shared_cores));
   }
+  // When `work` seconds of one core's compute, begun at `start`, end for peer p: start + work x
+  // cpu_factor(), or with compute.time_slice, at the end of the work's last slice.
+  double cpu_end(const Peer& p, double start, double work) const;
   // ---- inputs ----
   void offer(Peer& p, Input in);
   void handle(Peer& p, const Input& in);

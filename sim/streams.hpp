@@ -17,5 +17,6 @@ constexpr std::uint64_t kPoisson = (1ull << 41) + 4;  // Poisson churn times (sc
 constexpr std::uint64_t kWorkload = (1ull << 41) + 5; // per-peer data noise / initial values
 constexpr std::uint64_t kEvalRows = (1ull << 41) + 6; // the evaluation subset of the test set
 constexpr std::uint64_t kFaults = (1ull << 41) + 7;   // every fault point's draws (sim/faults.hpp)
+constexpr std::uint64_t kSliceBase = 1ull << 42;      // + peer index: the phase of its time slices (compute.time_slice)
 
 }  // namespace rumor::sim::streams

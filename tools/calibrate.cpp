@@ -62,7 +62,28 @@ bool read_all(int fd, void* p, std::size_t n) {
 
 struct ChildResult {
   double step_mean = 0, step_sd = 0, exchange = 0, eval = 0;
+  double slice = 0;  // the mean run between two waits for a core, spinning
 };
+
+// How the scheduler shares the cores: spin on the clock for `seconds`, and take a jump of more
+// than 100 us as a wait for a core. Returns the mean time run between two waits (0: none).
+double measure_slice(double seconds) {
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto last = Clock::now(), run_start = last;
+  double runs = 0;
+  int n = 0;
+  for (;;) {
+    const auto t = Clock::now();
+    if (std::chrono::duration<double>(t - last).count() > 100e-6) {
+      runs += std::chrono::duration<double>(last - run_start).count();
+      ++n;
+      run_start = t;
+    }
+    last = t;
+    if (t >= end) break;
+  }
+  return n > 0 ? runs / n : 0.0;
+}
 
 // One calibration process: phases separated by barriers with the parent, so every process
 // is in the same phase at the same time (the contention the quickstart has).
@@ -120,6 +141,8 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   const auto t_ev = Clock::now();
   for (int i = 0; i < 2; ++i) t.evaluate(test);
   r.eval = since(t_ev) / 2;
+  barrier();
+  r.slice = measure_slice(0.5);
   barrier();
   return r;
 }
@@ -232,7 +255,7 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     downs.push_back(down[1]);
     results.push_back(res[0]);
   }
-  for (int phase = 0; phase < 4; ++phase) {
+  for (int phase = 0; phase < 5; ++phase) {
     char b;
     for (int fd : ups)
       if (!read_all(fd, &b, 1)) throw std::runtime_error("a calibration process died");
@@ -255,6 +278,7 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     out.step_sd += r.step_sd / static_cast<double>(rs.size());
     out.exchange_cpu += r.exchange / static_cast<double>(rs.size());
     out.eval_time += r.eval / static_cast<double>(rs.size());
+    out.time_slice += r.slice / static_cast<double>(rs.size());
   }
   {
     TrainerConfig tc;
@@ -262,9 +286,17 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     tc.batch = c.batch;
     Trainer t(tc, std::make_shared<Dataset>(shards[0]), shards[0].dim, static_cast<std::size_t>(shards[0].classes));
     for (int i = 0; i < 10; ++i) t.step();
+    std::vector<double> d;
     const auto t0 = Clock::now();
-    for (int i = 0; i < 50; ++i) t.step();
+    for (int i = 0; i < 50; ++i) {
+      const auto t1 = Clock::now();
+      t.step();
+      d.push_back(since(t1));
+    }
     out.single_step_time = since(t0) / 50;
+    double var = 0;
+    for (double x : d) var += (x - out.single_step_time) * (x - out.single_step_time);
+    out.single_step_sd = std::sqrt(var / static_cast<double>(d.size())) / out.single_step_time;
   }
   {
     // The quickstart's joiners: launched once the first peer listens, they load the data at
@@ -340,7 +372,7 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
   }
   log << "calibrate: step " << out.step_time * 1e3 << " ms with " << c.procs << " at once (" << out.single_step_time * 1e3
       << " ms alone), exchange CPU " << out.exchange_cpu * 1e3 << " ms/message, eval " << out.eval_time << " s, loopback "
-      << out.bandwidth / 1e9 << " GB/s, latency " << out.latency * 1e6 << " us\n";
+      << out.bandwidth / 1e9 << " GB/s, latency " << out.latency * 1e6 << " us, time slice " << out.time_slice * 1e3 << " ms\n";
   return out;
 }
 
@@ -352,6 +384,11 @@ std::string calibration_fragment(const Calibration& r, const CalibrationConfig& 
   // bytes through the loopback socket (each end copies them once: the time of a transfer).
   // (The copy's CPU is its cost alone: the simulator stretches it by the shared cores itself.)
   const double exchange_cpu = r.exchange_cpu / factor + static_cast<double>(r.payload_bytes) / r.idle_bandwidth;
+  // With more processes than cores they take turns in slices (compute.time_slice), and the
+  // spread of a step's wall time that the turns cause is the simulator's to make: the steps'
+  // own spread is then one process's alone. With a core each, no slices.
+  const double slice = factor > 1.0 ? r.time_slice : 0.0;
+  const double sd = slice > 0 ? r.single_step_sd : r.step_sd;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "# Written by `rumor-sim --calibrate --procs %d` on this machine (%d cores): %s, batch %zu, Adam.\n"
@@ -366,12 +403,13 @@ std::string calibration_fragment(const Calibration& r, const CalibrationConfig& 
                 "sd = %.4f\n"
                 "exchange_cpu = %.6f\n"
                 "eval_time = %.6f\n"
+                "time_slice = %.6f\n"
                 "[network]\n"
                 "bandwidth = %.4g\n"
                 "latency = %.3g\n",
                 c.procs, r.cores, c.model.c_str(), c.batch, r.single_step_time * 1e3, c.procs, r.step_time * 1e3,
-                r.step_time / r.single_step_time, r.load_time, r.joiner_load_time, c.procs - 1, c.procs, r.cores, r.step_time / factor, std::sqrt(std::log(1 + r.step_sd * r.step_sd)),
-                exchange_cpu, r.eval_time / factor, r.bandwidth, r.latency);
+                r.step_time / r.single_step_time, r.load_time, r.joiner_load_time, c.procs - 1, c.procs, r.cores, r.step_time / factor, std::sqrt(std::log(1 + sd * sd)),
+                exchange_cpu, r.eval_time / factor, slice, r.bandwidth, r.latency);
   return buf;
 }
 

@@ -16,7 +16,9 @@
 //   bandwidth     loopback TCP throughput (one connection, 1 MiB writes) while `procs`
 //                 processes train, as the peers' I/O threads see it in the run; alone
 //                 (idle_bandwidth) for the CPU one copy costs;
-//   latency       half the loopback TCP round trip of a small message.
+//   latency       half the loopback TCP round trip of a small message;
+//   time_slice    with `procs` processes busy, how long one runs before it waits for a core
+//                 (the scheduler's slice: compute.time_slice).
 #pragma once
 #include <ostream>
 #include <string>
@@ -39,6 +41,8 @@ struct Calibration {
   double bandwidth = 0, latency = 0;
   double idle_bandwidth = 0;          // the same with nothing else running
   double single_step_time = 0;        // one process alone
+  double single_step_sd = 0;          // relative sd of its steps
+  double time_slice = 0;              // mean run of a busy process between waits for a core, `procs` busy
   double load_time = 0;               // loading Fashion-MNIST and cutting a shard, alone
   double joiner_load_time = 0;        // the same, procs - 1 at once (the first waits for them: --min-peers)
   std::size_t payload_bytes = 0;      // the model's parameters as an exchange payload

@@ -4,8 +4,10 @@
 // second or two.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -317,6 +319,48 @@ TEST_CASE("compute: exchange CPU makes steps longer") {
   CHECK(a.steps(1) == doctest::Approx(200).epsilon(0.02));
   CHECK(b.steps(1) < 0.5 * a.steps(1));
   CHECK(b.steps(1) > 0.2 * a.steps(1));
+}
+
+namespace {
+// 4 quadratic peers on one machine of 2 cores, steps of 1 ms of one core's compute.
+const char* kShared = "[run]\npeers = 4\nduration = 2\nsettle = 0\n[workload]\nkind = quadratic\ndim = 8\nlr = 0.01\n"
+                      "[compute]\nstep_time = 1ms\nshared_cores = 2\n[network]\nlatency = 50us\n[output]\nlog_exchanges = on\n";
+std::vector<double> round_trips(const Simulation& sim) {
+  std::vector<double> r;
+  std::istringstream in(sim.events_csv());
+  for (std::string line; std::getline(in, line);) {
+    const auto k = line.find("initiator rtt=");
+    if (line.find(",exchange,") != std::string::npos && k != std::string::npos) r.push_back(std::stod(line.substr(k + 14)));
+  }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in time slices") {
+  // 4 peers busy on 2 cores: each gets half a core, 1,000 steps of 1 ms in 2 s, whether the
+  // cores are shared evenly at every instant or in turns of 4 ms (compute.time_slice).
+  Simulation even(scn(kShared)), sliced(scn(kShared, {"compute.time_slice=4ms"}));
+  even.run();
+  sliced.run();
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    CHECK(even.steps(p) == doctest::Approx(1000).epsilon(0.03));
+    CHECK(sliced.steps(p) == doctest::Approx(1000).epsilon(0.03));
+  }
+  // In turns, an exchange waits while its responder or its initiator is off the core: the
+  // round trips are longer, and some take a whole turn (4 ms) off. Evenly, none does.
+  const auto a = round_trips(even), b = round_trips(sliced);
+  REQUIRE(a.size() > 100);
+  REQUIRE(b.size() > 100);
+  const double mean_a = std::accumulate(a.begin(), a.end(), 0.0) / static_cast<double>(a.size());
+  const double mean_b = std::accumulate(b.begin(), b.end(), 0.0) / static_cast<double>(b.size());
+  INFO("mean round trip: even " << mean_a * 1e3 << " ms, sliced " << mean_b * 1e3 << " ms");
+  CHECK(mean_b > 1.3 * mean_a);
+  CHECK(*std::max_element(b.begin(), b.end()) > 0.004);
+  CHECK(*std::max_element(a.begin(), a.end()) < 0.004);
+  // The same seed gives the same turns.
+  Simulation again(scn(kShared, {"compute.time_slice=4ms"}));
+  again.run();
+  CHECK(again.events_csv() == sliced.events_csv());
 }
 
 TEST_CASE("churn: every kind of churn and fault runs to the end without stalling") {
