@@ -4,6 +4,7 @@
 // in gossip_membership.cpp with state transfer and leave; the other message handlers in
 // gossip_exchange.cpp, gossip_sparse.cpp and gossip_join.cpp (join, Ping answers, views).
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 
 #include "core/check.hpp"
@@ -46,7 +47,7 @@ const char* event_kind_name(ProtocolEvent::Kind k) {
 
 Gossip::Gossip(Env& env, GossipConfig cfg, MemberDigest self, std::string fingerprint, std::span<float> params)
     : env_(env), cfg_(cfg), view_(std::move(self)), fingerprint_(std::move(fingerprint)), params_(params) {
-  RUMOR_CHECK(cfg_.local_steps >= 1);
+  RUMOR_CHECK(cfg_.exchange_share > 0);
   RUMOR_CHECK(cfg_.exchange_timeout_s > 0);
   RUMOR_CHECK(cfg_.max_in_flight >= 1 && cfg_.max_in_flight <= 2);
   RUMOR_CHECK(cfg_.staleness >= 0);
@@ -101,8 +102,38 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   view_.self().samples = samples;
   ++model_version_;
   ++steps_since_exchange_;
-  if (steps_since_exchange_ >= cfg_.local_steps && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_)
+  if (!cfg_.local_steps) {  // auto: time the steps (a gap of 20 steps or more is a pause, not a step)
+    const double now = env_.now();
+    if (last_step_at_ >= 0) {
+      const double dt = now - last_step_at_;
+      if (step_ewma_ <= 0) step_ewma_ = dt;
+      else if (dt < 20 * step_ewma_) step_ewma_ += 0.1 * (dt - step_ewma_);
+    }
+    last_step_at_ = now;
+  }
+  if (steps_since_exchange_ >= local_steps_now() && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_)
     start_exchange();
+}
+
+// --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
+// number of steps whose compute is at least rtt / exchange_share (rtt: the median of the last
+// 8), so that the link and the partner spend at most that share of our compute time on our
+// exchanges.
+void Gossip::note_round_trip(double seconds) {
+  if (cfg_.local_steps) return;
+  recent_rtt_[rtt_count_++ % recent_rtt_.size()] = seconds;
+  if (!(step_ewma_ > 0)) return;
+  const std::size_t n = std::min<std::size_t>(rtt_count_, recent_rtt_.size());
+  std::array<double, 8> r = recent_rtt_;
+  std::nth_element(r.begin(), r.begin() + n / 2, r.begin() + n);
+  const double h = std::ceil(r[n / 2] / (cfg_.exchange_share * step_ewma_));
+  // Down at once, up at most 2x per round trip: a few slow first exchanges (partners still
+  // loading or evaluating) must not space the next ones hundreds of steps apart, when it is
+  // the next ones that would show the link is fast. A slow link still reaches its H within
+  // log2(H) exchanges, which come quickly while H is small.
+  const double cap = 2.0 * static_cast<double>(auto_local_steps_);
+  auto_local_steps_ = static_cast<std::uint64_t>(
+      std::clamp(std::min(h, cap), 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
 }
 
 bool Gossip::useful(const Member& m) const {

@@ -44,6 +44,7 @@
 // valid and at the same address for the lifetime of the object.
 #pragma once
 #include <cmath>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,7 +74,13 @@ enum class MixWeight { Uniform, Samples };
 enum class ViewMode { Full, Partial, Auto };
 
 struct GossipConfig {
-  std::uint64_t local_steps = 1;     // H: exchange every H local steps
+  std::uint64_t local_steps = 1;     // H: exchange every H local steps; 0: auto (local_steps_now())
+  // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
+  // share of the compute time between two exchanges (H step times), from an EWMA of the step
+  // time and the median of the last 8 round trips, within 1..kAutoMaxLocalSteps; H falls at
+  // once and at most doubles per round trip.
+  double exchange_share = 0.2;
+  static constexpr std::uint64_t kAutoMaxLocalSteps = 1024;
   MixWeight mix_weight = MixWeight::Uniform;
   PayloadCodec codec = PayloadCodec::None;
   // Bounded staleness (SSP). A peer at clock c (local steps done) starts its next step only
@@ -252,6 +259,9 @@ class Gossip {
   // The slowest step time among the alive members still training, as their clocks' advance
   // shows it (0: none known): settling exchanges no faster than H of those.
   double slowest_training_step() const;
+  // H now: cfg.local_steps, or with local_steps = 0 (auto) the measured choice
+  // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
+  std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
   // The swarm's samples as far as we know: ours and every member's we have heard of
   // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.
   std::uint64_t swarm_samples() const { return samples_ + view_.others_samples(); }
@@ -499,6 +509,13 @@ class Gossip {
   std::uint64_t clock_ = 0, samples_ = 0;
   std::uint64_t model_version_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
+  // --local-steps auto: an EWMA of the time between steps, and our last exchanges' round trips
+  // (their median: one that waited out a partner's evaluation does not set H).
+  double last_step_at_ = -1, step_ewma_ = 0;
+  std::array<double, 8> recent_rtt_{};
+  std::uint64_t rtt_count_ = 0;
+  std::uint64_t auto_local_steps_ = 1;
+  void note_round_trip(double seconds);
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
   std::uint64_t ping_seq_ = 0;

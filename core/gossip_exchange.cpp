@@ -379,6 +379,7 @@ void Gossip::complete_exchange(std::size_t index) {
   e.distance = stats_.last_distance;
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
+  note_round_trip(e.seconds);
   env_.event(e);
 }
 

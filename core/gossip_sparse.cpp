@@ -80,6 +80,7 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
   e.distance = stats_.last_distance;
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
+  note_round_trip(e.seconds);
   env_.event(e);
 }
 

@@ -51,8 +51,13 @@ const Knob kKnobs[] = {
      "Evaluate on the test set every STEPS local steps (0: once per epoch; always at the start and the end)",
      kNoPython, RUMOR_FIELD(eval_every), "output.eval_every_steps"},
     // The swarm.
-    {"local_steps", "gossip", T::Count, 1, 1e12, nullptr, "steps", kNet, "Exchange parameters every H local steps", kAll,
-     RUMOR_FIELD(gossip.local_steps)},
+    {"local_steps", "gossip", T::Count, 1, 1e12, nullptr, "steps", kNet,
+     "Exchange parameters every H local steps; auto: H such that an exchange lasts at most --exchange-share of the "
+     "compute between two (measured: the step time and the recent round trips; 1..1024)",
+     kAll, RUMOR_FIELD(gossip.local_steps), nullptr, nullptr, "auto"},
+    {"exchange_share", "gossip", T::Real, 0.01, 10, nullptr, "", kNet,
+     "With --local-steps auto: the round trip of an exchange against the compute time between two", kAll,
+     RUMOR_FIELD(gossip.exchange_share)},
     {"mix_weight", "gossip", T::Choice, 0, 0, "uniform|samples", "", kNet,
      "Averaging weights: uniform, or by the samples each peer has processed", kAll, RUMOR_FIELD(gossip.mix_weight)},
     {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|int4|topk", "", kNet,
@@ -271,6 +276,11 @@ void set_knob(const Knob& k, LoopSettings& s, std::string_view value) {
   const Knob::Field f = k.field(s);
   switch (k.type) {
     case T::Count: {
+      if (k.zero_word && trim(value) == k.zero_word) {
+        if (auto* u = std::get_if<std::uint64_t*>(&f)) **u = 0;
+        else **std::get_if<int*>(&f) = 0;
+        return;
+      }
       const double x = plain_number(value);
       if (x != std::floor(x)) throw KnobError(fmt::format("expected a whole number, got '{}'", trim(value)));
       check_range(k, x, value);
@@ -313,6 +323,10 @@ void set_knob(const Knob& k, LoopSettings& s, std::string_view value) {
 std::string knob_value(const Knob& k, const LoopSettings& s) {
   const Knob::Field f = k.field(const_cast<LoopSettings&>(s));  // read only
   if (auto* d = std::get_if<double*>(&f)) return number_text(**d);
+  if (k.zero_word) {
+    if (auto* u = std::get_if<std::uint64_t*>(&f); u && **u == 0) return k.zero_word;
+    if (auto* i = std::get_if<int*>(&f); i && **i == 0) return k.zero_word;
+  }
   if (auto* u = std::get_if<std::uint64_t*>(&f)) return std::to_string(**u);
   if (auto* i = std::get_if<int*>(&f)) return std::to_string(**i);
   if (auto* b = std::get_if<bool*>(&f)) return **b ? "true" : "false";
@@ -345,6 +359,7 @@ std::string knob_range(const Knob& k) {
   }
   std::string r = number_text(k.min) + ".." + number_text(k.max);
   if (k.type == T::Seconds) r += " (units: ms, s, min, h)";
+  if (k.zero_word) r += std::string(" or ") + k.zero_word;
   return r;
 }
 

@@ -61,6 +61,8 @@ struct Knob {
   const char* legacy_key = nullptr;  // an older scenario key still read (docs/sim.md)
   // Shown instead of the value where the default is derived (probe_timeout).
   const char* default_text = nullptr;
+  // Count: a word accepted for 0, which means "chosen by the peer" (local_steps: auto).
+  const char* zero_word = nullptr;
 };
 
 // Every knob, in the order of rumor-peer --help and docs/flags.md.

@@ -119,7 +119,7 @@ bool PeerLoop::eval_due() const {
 double PeerLoop::training_pace(double floor, double untrained) const {
   const std::uint64_t st = model_.steps();
   if (!st || !(stats_.train_seconds > 0)) return untrained;
-  return std::max(floor, stats_.train_seconds / static_cast<double>(st) * static_cast<double>(s_.gossip.local_steps));
+  return std::max(floor, stats_.train_seconds / static_cast<double>(st) * static_cast<double>(gossip_.local_steps_now()));
 }
 
 bool PeerLoop::idle_if_due(double interval, double exchange_every, Gossip::Partners partners) {
@@ -317,7 +317,7 @@ void PeerLoop::begin_settling(double settle_s, double settle_max_s) {
 // they are equal, at training's pace again. The backed-off interval (settle_next) comes on top.
 double PeerLoop::settle_tick() const {
   const double own = training_pace(LoopSettings::kSettleMinTick, LoopSettings::kSettleTickUntrained);
-  const double pace = std::max(own, gossip_.slowest_training_step() * static_cast<double>(s_.gossip.local_steps));
+  const double pace = std::max(own, gossip_.slowest_training_step() * static_cast<double>(gossip_.local_steps_now()));
   if (pausing_ && !(gossip_.stats().last_distance < LoopSettings::kSettledDistance))
     return std::min(pace, LoopSettings::kSettleTickUntrained);
   return pace;

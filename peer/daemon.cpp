@@ -156,7 +156,9 @@ int Daemon::run() {
     log_->info("trust: {}{}", swarm_key.empty() ? "" : "swarm key required (HMAC-SHA256 challenge-response)",
                cfg_.tls_ca.empty() ? "" : fmt::format("{}TLS 1.3, certificates signed by {}", swarm_key.empty() ? "" : "; ",
                                                       cfg_.tls_ca));
-  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}", cfg_.loop.gossip.local_steps,
+  log_->info("gossip: every {} local step(s), codec {}, staleness {}, mix weight {}{}",
+             cfg_.loop.gossip.local_steps ? std::to_string(cfg_.loop.gossip.local_steps)
+                                          : fmt::format("auto (exchange share {:g})", cfg_.loop.gossip.exchange_share),
              codec_name(cfg_.loop.gossip.codec), bounded_str(cfg_.loop.gossip.staleness),
              cfg_.loop.gossip.mix_weight == MixWeight::Samples ? "samples" : "uniform",
              cfg_.throttle > 1 ? fmt::format(", throttled {}x", cfg_.throttle) : std::string());

@@ -51,7 +51,7 @@ InvariantChecker::InvariantChecker(const Scenario& s) : s_(s) {
   liveness_bound_ = detection_bound_ + stall + (f[FaultPoint::Partition] > 0 ? f.partition_max : 0) +
                     (f[FaultPoint::Restart] > 0 ? 1.5 * f.restart_after : 0) + max_start + 2 * g.exchange_timeout_s +
                     g.state_timeout_s * g.state_attempts + 3 * g.leave_timeout_s + ls.leave_wait_s + waits +
-                    ls.state_wait_s + 20 * max_step * static_cast<double>(g.local_steps + 1) * (tau_ < 1 ? 2 : 1);
+                    ls.state_wait_s + 20 * max_step * static_cast<double>((g.local_steps ? g.local_steps : GossipConfig::kAutoMaxLocalSteps) + 1) * (tau_ < 1 ? 2 : 1);
   // The whole run: every peer's stop rule at its slowest pace, plus the churn, plus slack.
   double last_churn = 0;
   for (const auto& a : s.churn) last_churn = std::max(last_churn, a.at);

@@ -271,6 +271,8 @@ class Builder {
     if (s.loop.gossip.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
     if (s.loop.gossip.fragments != 1) fail(aw, "gossip.fragments", alg + ": the synchronous algorithms average the whole model (fragments 1)");
     if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
+    if (s.loop.gossip.local_steps == 0)
+      fail(aw, "gossip.local_steps", alg + ": local_steps = auto is only simulated for gossip (give the rounds' period)");
     if (s.peer_evals) fail(aw, "output.peer_evals", alg + ": per-peer evaluations are only simulated for gossip");
     const std::uint32_t n = s.founders;
     if (uses_topology(s.algorithm)) {

@@ -363,6 +363,66 @@ TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in 
   CHECK(again.events_csv() == sliced.events_csv());
 }
 
+namespace {
+// 4 quadratic peers (a payload of 8 KB), steps of 1 ms, exchanges logged.
+const char* kAutoH = "[run]\nduration = 4\nsettle = 0\n[workload]\nkind = quadratic\ndim = 2000\nlr = 0.01\n"
+                     "[compute]\nstep_time = 1ms\n[network]\nlatency = 50us\n[output]\nlog_exchanges = on\n"
+                     "[class.peer]\ncount = 4\n";
+// Over [from, to): initiated exchanges ending then, and the share of that time they were in flight
+// (the sum of their round trips over the window and the 4 peers).
+std::pair<int, double> exchange_load(const Simulation& sim, double from, double to) {
+  int n = 0;
+  double busy = 0;
+  std::istringstream in(sim.events_csv());
+  for (std::string line; std::getline(in, line);) {
+    const auto k = line.find("initiator rtt=");
+    if (line.find(",exchange,") == std::string::npos || k == std::string::npos) continue;
+    const double t = std::stod(line);
+    if (t < from || t >= to) continue;
+    ++n;
+    busy += std::stod(line.substr(k + 14));
+  }
+  return {n, busy / (4 * (to - from))};
+}
+}  // namespace
+
+TEST_CASE("gossip: local_steps = auto keeps an exchange within exchange_share of the compute, and follows the link") {
+  // 1 Gbit: a round trip of a few steps, so H stays small and exchanges are frequent.
+  // 1 Mbit: 8 KB take 65 ms each way, 130+ steps; H = 1 keeps an exchange always in flight,
+  // auto spaces them so that they are in flight about exchange_share (0.2) of the time.
+  Simulation fast(scn(kAutoH, {"class.peer.bandwidth=1Gbit", "gossip.local_steps=auto"}));
+  Simulation slow1(scn(kAutoH, {"class.peer.bandwidth=1Mbit"}));
+  Simulation slow(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.local_steps=auto"}));
+  fast.run();
+  slow1.run();
+  slow.run();
+  const auto [nf, lf] = exchange_load(fast, 1, 4);
+  const auto [n1, l1] = exchange_load(slow1, 1, 4);
+  const auto [ns, ls] = exchange_load(slow, 1, 4);
+  INFO("1 Gbit auto: " << nf << " exchanges, in flight " << lf << "; 1 Mbit H=1: " << n1 << ", " << l1 << "; 1 Mbit auto: "
+                       << ns << ", " << ls);
+  CHECK(l1 > 0.8);
+  CHECK(ls < 0.3);
+  CHECK(ls > 0.05);  // about half of 0.2: the partners' links also carry the others' exchanges
+  CHECK(lf < 0.3);
+  CHECK(nf > 10 * ns);
+  // Every peer still steps at its pace (exchanges never hold a step; joining over 1 Mbit takes
+  // the first few hundred ms).
+  for (std::uint32_t p = 0; p < 4; ++p) CHECK(slow.steps(p) >= 0.98 * slow1.steps(p));
+  // The link drops from 1 Gbit to 1 Mbit at t = 2: within a second H follows it.
+  Simulation drop(scn(kAutoH, {"class.peer.bandwidth=1Gbit", "class.peer.bandwidth_change=1Mbit@2", "gossip.local_steps=auto"}));
+  drop.run();
+  const auto [nb, lb] = exchange_load(drop, 1, 2);
+  const auto [na, la] = exchange_load(drop, 3, 4);
+  INFO("before the drop: " << nb << " exchanges, in flight " << lb << "; a second after it: " << na << ", " << la);
+  CHECK(nb > 10 * na);
+  CHECK(la < 0.35);
+  // The same seed, the same choices.
+  Simulation again(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.local_steps=auto"}));
+  again.run();
+  CHECK(again.events_csv() == slow.events_csv());
+}
+
 TEST_CASE("churn: every kind of churn and fault runs to the end without stalling") {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {"crash", {"churn.crash=p3 at 0.5", "churn.crash=p0 at 0.8"}},
