@@ -116,24 +116,20 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
 }
 
 // --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
-// number of steps whose compute is at least rtt / exchange_share (rtt: the median of the last
-// 8), so that the link and the partner spend at most that share of our compute time on our
-// exchanges.
+// number of steps whose compute is at least rtt / exchange_share, so that the link spends at
+// most that share of our compute time on our exchanges. rtt is the shortest of the last 4: the
+// link's own cost. The others also waited for a partner that was loading, evaluating or off
+// its core, which loads no link; taking them (an earlier version took the median of 8 and
+// let H at most double per exchange) spaced the quickstart's exchanges 50-130 steps apart on
+// loopback, and followed a link that slowed only after seconds.
 void Gossip::note_round_trip(double seconds) {
   if (cfg_.local_steps) return;
   recent_rtt_[rtt_count_++ % recent_rtt_.size()] = seconds;
   if (!(step_ewma_ > 0)) return;
   const std::size_t n = std::min<std::size_t>(rtt_count_, recent_rtt_.size());
-  std::array<double, 8> r = recent_rtt_;
-  std::nth_element(r.begin(), r.begin() + n / 2, r.begin() + n);
-  const double h = std::ceil(r[n / 2] / (cfg_.exchange_share * step_ewma_));
-  // Down at once, up at most 2x per round trip: a few slow first exchanges (partners still
-  // loading or evaluating) must not space the next ones hundreds of steps apart, when it is
-  // the next ones that would show the link is fast. A slow link still reaches its H within
-  // log2(H) exchanges, which come quickly while H is small.
-  const double cap = 2.0 * static_cast<double>(auto_local_steps_);
-  auto_local_steps_ = static_cast<std::uint64_t>(
-      std::clamp(std::min(h, cap), 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
+  const double rtt = *std::min_element(recent_rtt_.begin(), recent_rtt_.begin() + static_cast<std::ptrdiff_t>(n));
+  const double h = std::ceil(rtt / (cfg_.exchange_share * step_ewma_));
+  auto_local_steps_ = static_cast<std::uint64_t>(std::clamp(h, 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
 }
 
 bool Gossip::useful(const Member& m) const {

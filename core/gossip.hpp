@@ -77,8 +77,7 @@ struct GossipConfig {
   std::uint64_t local_steps = 1;     // H: exchange every H local steps; 0: auto (local_steps_now())
   // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
   // share of the compute time between two exchanges (H step times), from an EWMA of the step
-  // time and the median of the last 8 round trips, within 1..kAutoMaxLocalSteps; H falls at
-  // once and at most doubles per round trip.
+  // time and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.
   double exchange_share = 0.2;
   static constexpr std::uint64_t kAutoMaxLocalSteps = 1024;
   MixWeight mix_weight = MixWeight::Uniform;
@@ -510,9 +509,10 @@ class Gossip {
   std::uint64_t model_version_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
   // --local-steps auto: an EWMA of the time between steps, and our last exchanges' round trips
-  // (their median: one that waited out a partner's evaluation does not set H).
+  // (their minimum, the link's own cost: one that waited out a partner's evaluation or
+  // loading does not set H).
   double last_step_at_ = -1, step_ewma_ = 0;
-  std::array<double, 8> recent_rtt_{};
+  std::array<double, 4> recent_rtt_{};
   std::uint64_t rtt_count_ = 0;
   std::uint64_t auto_local_steps_ = 1;
   void note_round_trip(double seconds);

@@ -52,8 +52,8 @@ const Knob kKnobs[] = {
      kNoPython, RUMOR_FIELD(eval_every), "output.eval_every_steps"},
     // The swarm.
     {"local_steps", "gossip", T::Count, 1, 1e12, nullptr, "steps", kNet,
-     "Exchange parameters every H local steps; auto: H such that an exchange lasts at most --exchange-share of the "
-     "compute between two (measured: the step time and the recent round trips; 1..1024)",
+     "Exchange parameters every H local steps; auto: H such that an exchange lasts at most a share "
+     "(--exchange-share) of the compute between two (measured: the step time and the recent round trips; 1..1024)",
      kAll, RUMOR_FIELD(gossip.local_steps), nullptr, nullptr, "auto"},
     {"exchange_share", "gossip", T::Real, 0.01, 10, nullptr, "", kNet,
      "With --local-steps auto: the round trip of an exchange against the compute time between two", kAll,
