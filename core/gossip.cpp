@@ -4,8 +4,8 @@
 // in gossip_membership.cpp with state transfer and leave; the other message handlers in
 // gossip_exchange.cpp, gossip_sparse.cpp and gossip_join.cpp (join, Ping answers, views).
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 
 #include "core/check.hpp"
 #include "core/gossip.hpp"

@@ -43,8 +43,8 @@
 // Contract: every method is called between two training steps, one at a time; `params` stays
 // valid and at the same address for the lifetime of the object.
 #pragma once
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>

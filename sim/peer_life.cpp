@@ -196,19 +196,11 @@ void Simulation::Impl::begin_step(Peer& p) {
     return;
   }
   p.busy = true;
-  if (s.time_slice > 0) {
-    const double work = draw_step(p) + p.pending_cpu;
-    p.pending_cpu = 0;
-    p.step_end_at = cpu_end(p, now, work);
-    p.step_seconds = p.step_end_at - now;
-    schedule(cpu_end(p, now, s.mid_fraction * work), EventKind::StepMid, p.index, p.life);
-    return;
-  }
-  const double d = (draw_step(p) + p.pending_cpu) * cpu_factor();
+  const double work = draw_step(p) + p.pending_cpu;
   p.pending_cpu = 0;
-  p.step_seconds = d;
-  p.step_end_at = now + d;
-  schedule(now + s.mid_fraction * d, EventKind::StepMid, p.index, p.life);
+  p.step_end_at = cpu_end(p, now, work);
+  p.step_seconds = p.step_end_at - now;
+  schedule(cpu_end(p, now, s.mid_fraction * work), EventKind::StepMid, p.index, p.life);
 }
 
 double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const {
@@ -266,8 +258,7 @@ void Simulation::Impl::peer_eval(Peer& p) {
 void Simulation::Impl::pause(Peer& p) {
   p.busy = true;
   update_cpu(p);
-  const double e = s.classes[p.cls].eval_time;
-  schedule(s.time_slice > 0 ? cpu_end(p, now, e) : now + e * cpu_factor(), EventKind::Resume, p.index, p.life);
+  schedule(cpu_end(p, now, s.classes[p.cls].eval_time), EventKind::Resume, p.index, p.life);
 }
 
 void Simulation::Impl::exit_peer(Peer& p) {

@@ -60,6 +60,13 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
+// The standard deviation of step times `d` relative to their mean.
+double relative_sd(const std::vector<double>& d, double mean) {
+  double var = 0;
+  for (double x : d) var += (x - mean) * (x - mean);
+  return std::sqrt(var / static_cast<double>(d.size())) / mean;
+}
+
 struct ChildResult {
   double step_mean = 0, step_sd = 0, exchange = 0, eval = 0;
   double slice = 0;  // the mean run between two waits for a core, spinning
@@ -114,9 +121,7 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   }
   const double total = since(t_steps);
   r.step_mean = total / c.steps;
-  double var = 0;
-  for (double x : d) var += (x - r.step_mean) * (x - r.step_mean);
-  r.step_sd = std::sqrt(var / static_cast<double>(d.size())) / r.step_mean;
+  r.step_sd = relative_sd(d, r.step_mean);
   barrier();
   // One payload message, both ends, in user space: snapshot copy and frame hash on the way
   // out; hash check, finiteness, distance and mix on the way in. (The kernel's socket copies
@@ -294,9 +299,7 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
       d.push_back(since(t1));
     }
     out.single_step_time = since(t0) / 50;
-    double var = 0;
-    for (double x : d) var += (x - out.single_step_time) * (x - out.single_step_time);
-    out.single_step_sd = std::sqrt(var / static_cast<double>(d.size())) / out.single_step_time;
+    out.single_step_sd = relative_sd(d, out.single_step_time);
   }
   {
     // The quickstart's joiners: launched once the first peer listens, they load the data at
