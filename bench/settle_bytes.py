@@ -2,13 +2,17 @@
 """Bytes a finished peer sends while it settles, against its bytes while training (issue 32).
 
 Runs examples/torch_quickstart.py --mixed M (Python peers and rumor-peer processes in one swarm)
-ROUNDS times. The rumor-peer processes finish training long before the Python peers and settle
-while they wait for them (--settle-max). Their "settled" metrics line gives the bytes they sent
+ROUNDS times. The quickstart's --mixed default is a swarm-wide budget (--swarm-epochs = --epochs):
+the rumor-peer processes train until the swarm is done, and every peer settles at the end. With
+--swarm-epochs 0 each peer does --epochs of its own shard: the rumor-peer processes finish long
+before the Python peers and settle while they wait for them (--settle-max). The rumor-peer
+processes' "settled" metrics line gives the bytes they sent
 before settling (training) and while settling. Prints one row per round and peer, then the
 medians: settling bytes / training bytes (target: at most 0.10) and every peer's final test
 accuracy (the swarm should end on one model).
 
-  bench/settle_bytes.py --rounds 3 [--build build] [--epochs 1] [--mixed 2] [--out out/settle_bytes]
+  bench/settle_bytes.py --rounds 3 [--build build] [--epochs 1] [--swarm-epochs E] [--mixed 2]
+                       [--out out/settle_bytes]
 """
 import argparse
 import json
@@ -25,7 +29,8 @@ def one_round(a, k):
     out = os.path.join(a.out, f"round{k}")
     env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "torch_quickstart.py"), "--mixed", str(a.mixed),
-           "--epochs", str(a.epochs), "--out", out, "--build", a.build, "--timeout", str(a.timeout)]
+           "--epochs", str(a.epochs), "--out", out,
+           *(["--swarm-epochs", str(a.swarm_epochs)] if a.swarm_epochs is not None else []), "--build", a.build, "--timeout", str(a.timeout)]
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode:
         sys.exit(r.stdout[-3000:] + f"\nround {k} failed: {' '.join(cmd)}")
@@ -51,6 +56,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mixed", type=int, default=2, help="rumor-peer processes among the 4 peers")
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--swarm-epochs", type=float, default=None,
+                    help="torch_quickstart.py --swarm-epochs (its default with --mixed: --epochs, a swarm-wide "
+                         "budget, so the rumor-peer processes train until the swarm is done; 0: each peer does "
+                         "--epochs of its own and the rumor-peer processes settle while the Python peers finish)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "settle_bytes"))
     ap.add_argument("--timeout", type=float, default=900)

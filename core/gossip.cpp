@@ -222,6 +222,20 @@ bool Gossip::start_exchange(Partners partners) {
     if (candidates.empty() && !anyone_preferred) candidates = std::move(finished);
   }
   if (candidates.empty()) return false;  // stays due: starts as soon as someone is available
+  if (partners == Partners::Useful && !bounded && candidates.size() > 1) {
+    // Settling: the member we mixed with longest ago (never, first), so that a few exchanges
+    // each reach every model of a small swarm, as rounds of pairs would, instead of random
+    // draws that repeat a pair while a third model waits (docs/ARCHITECTURE.md "Settling").
+    const auto last_mix = [&](const PeerId& id) {
+      const Member* m = view_.find(id);
+      return m ? m->ex_version : std::uint64_t{0};
+    };
+    std::uint64_t oldest = last_mix(candidates.front());
+    for (const auto& id : candidates) oldest = std::min(oldest, last_mix(id));
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [&](const PeerId& id) { return last_mix(id) != oldest; }),
+                     candidates.end());
+  }
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
   o.fragment = static_cast<std::uint32_t>(fragment_turn_++ % fragments_);

@@ -116,7 +116,7 @@ struct LoopSettings {
   static constexpr double kSettleTickUntrained = 0.01;
   static constexpr double kSettledDistance = Gossip::kAgreeDistance; // an exchange with a model this close: "close"
   static constexpr int kSettledClose = 4;          // settled after 4 close exchanges in a row
-  static constexpr std::uint64_t kSettledInitiated = 8;  // ... or 8 initiated since settling began
+  static constexpr std::uint64_t kSettledInitiated = 6;  // ... or 6 initiated since settling began (partners in turn: Gossip::start_exchange)
   static constexpr double kSettleBackoff = 4;  // settling's back-off factor (settle_interval_max_s)
 };
 

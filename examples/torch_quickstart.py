@@ -7,6 +7,8 @@ accuracy PNG as examples/quickstart.sh (examples/report.py over the peers' metri
     ... --mixed 2     a swarm of Python and C++ peers in one run: 2 Python peers training the
                       nn.Sequential equivalent of `rumor-peer --model mlp:256,128` with 2
                       rumor-peer processes (same fingerprint, same flat layout: they average).
+                      --epochs is then a swarm-wide budget (--swarm-epochs): the fast rumor-peer
+                      processes train until the swarm has done that many passes, and all end together.
 
 Every peer is its own process, one thread each: this script in --worker mode, started by
 rumor-run (build/bin/rumor-run), which gives each its shard, name, address, join list and metrics
@@ -236,6 +238,10 @@ def launch(a):
     recipe = ["--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr), "--lr-schedule", a.lr_schedule,
               "--decay-fraction", str(a.decay_fraction), "--local-steps", str(a.local_steps), "--staleness",
               str(a.staleness), "--codec", a.codec, "--mix-weight", a.mix_weight]
+    # rumor-peer stops at whichever of its stop rules comes first: under a swarm-wide budget it
+    # must not also stop after --epochs of its own shard (the Python workers read --epochs only
+    # without a budget), or the fast native peers stop early and wait for the Python ones.
+    native_recipe = recipe[2:] if a.swarm_epochs else recipe
     limits = ["--timeout", str(a.timeout), "--grace", "10"]
     # The Python peers: one rumor-run, --nproc of them, shards 1..n_py of --peers, every one
     # waiting for all --peers (rumor-peer ones included) before training.
@@ -279,7 +285,7 @@ def launch(a):
             for k in range(n_py + 1, a.peers + 1):
                 procs.append(subprocess.Popen(
                     [run, "--join", ",".join(founders), *limits, "--", binary, "--listen", "127.0.0.1:0",
-                     "--shard", f"{k}/{a.peers}", "--model", "mlp:256,128", *recipe, "--min-peers", str(a.peers),
+                     "--shard", f"{k}/{a.peers}", "--model", "mlp:256,128", *native_recipe, "--min-peers", str(a.peers),
                      "--name", f"c{k}", "--metrics", os.path.join(a.out, f"c{k}.jsonl"), "--data", a.data]
                     + (["--steps", str(a.steps)] if a.steps else [])
                     + (["--swarm-epochs", str(a.swarm_epochs)] if a.swarm_epochs else []),
@@ -324,10 +330,13 @@ def main(argv=None):
     ap.add_argument("--peers", type=int, default=4)
     ap.add_argument("--mixed", type=int, default=0, help="how many of the peers are C++ rumor-peer processes")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--swarm-epochs", type=float, default=0,
+    ap.add_argument("--swarm-epochs", type=float, default=None,
                     help="a swarm-wide budget instead of --epochs per peer: every peer stops when the swarm as a "
                          "whole has done this many passes over the training set, and the schedule follows the "
-                         "swarm's progress (Python peers; 0: off)")
+                         "swarm's progress (0: off). Default: off, except with --mixed, where it is --epochs: "
+                         "the same samples in all as --epochs per peer, but shared by speed, so that the "
+                         "rumor-peer processes (tens of times faster than the Python peers) train until the "
+                         "swarm is done instead of finishing first and waiting")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=RECIPE["lr"], help="Adam's learning rate")
     ap.add_argument("--lr-schedule", choices=SCHEDULES, default=RECIPE["lr_schedule"],
@@ -370,6 +379,8 @@ def main(argv=None):
         ap.error(f"--decay-fraction {a.decay_fraction}: expected a number in [0, 1]")
     if a.mixed < 0 or a.mixed >= a.peers:
         ap.error("--mixed must leave at least one Python peer")
+    if a.swarm_epochs is None:
+        a.swarm_epochs = float(a.epochs) if a.mixed and not a.worker and not a.steps and not a.duration else 0.0
     return worker(a) if a.worker else launch(a)
 
 

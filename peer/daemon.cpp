@@ -173,8 +173,11 @@ int Daemon::run() {
   const bool follow_swarm = loop.settings().swarm_samples > 0 && schedule_decays(cfg_.schedule.kind);
   double lr_factor = 1.0;  // PeerLoop::lr_scale, as last applied
   if (loop.settings().swarm_samples)
-    log_->info("swarm-wide budget: every peer stops when the swarm has processed {} samples{}", loop.settings().swarm_samples,
-               follow_swarm ? "; the learning-rate schedule follows the swarm's progress" : "");
+    log_->info("swarm-wide budget: every peer stops when the swarm has processed {} samples{}{}", loop.settings().swarm_samples,
+               follow_swarm ? "; the learning-rate schedule follows the swarm's progress" : "",
+               loop.settings().epochs > 0 || loop.settings().steps
+                   ? " (or at this peer's own --epochs/--steps, whichever comes first: drop those to share the work by speed)"
+                   : "");
   Gossip& gossip = rt.gossip();
   const bool bounded = std::isfinite(cfg_.loop.gossip.staleness);
   auto evaluate = [&](const char* why) {
