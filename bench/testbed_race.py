@@ -57,11 +57,14 @@ def first_at(points, target):
     return None
 
 
-def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True):
-    """One testbed run into `out` (rerun False: read the run already there, --sim-only)."""
+def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets=()):
+    """One testbed run into `out` (rerun False: read the run already there, --sim-only); `sets`:
+    scenario keys overridden (run.sh --set)."""
     if rerun:
         cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--out", out, "--build", build,
                "--target", str(target), "--timeout", str(timeout)]
+        for kv in sets:
+            cmd += ["--set", kv]
         if ddp:
             cmd += ["--peer-cmd", "ddp", "--ddp", ddp]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -79,10 +82,28 @@ def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True):
         "mb": statistics.mean(mbs) if mbs else None,
         "wall": s["wall_s"],
         "curve": [(e[0], e[2]) for e in p0["evals"]],
+        "local_steps": local_steps_seen(out),
     }
 
 
-def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True):
+def local_steps_seen(out):
+    """The local steps (H) p0's evaluations reported, first and last to the range: what
+    `local_steps = auto` chose (one value where H is fixed). None where no metrics say."""
+    path = os.path.join(out, "p0.jsonl")
+    if not os.path.exists(path):
+        return None
+    hs = []
+    for line in open(path):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "eval" and "local_steps" in e:
+            hs.append(e["local_steps"])
+    return (min(hs), max(hs)) if hs else None
+
+
+def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True, sets=()):
     os.makedirs(out, exist_ok=True)
     if not rerun and os.path.exists(os.path.join(out, "summary.json")):
         return read_sim(out, target, allreduce)
@@ -91,7 +112,8 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=
         f.write(f"include = {os.path.abspath(scenario)}\ninclude = {os.path.abspath(calib)}\n")
         if allreduce:  # DDP's ring all-reduce of the gradient every step
             f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n[output]\npeer_evals = off\n")
-    subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)], check=True,
+    subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)]
+                   + [a for kv in sets for a in ("--set", kv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return read_sim(out, target, allreduce)
 
@@ -191,15 +213,18 @@ def table(name, desc, systems, target):
              "MB sent per peer | wall s | runs that ended cleanly |",
              "|---|---|---|---|---|---|"]
     for label, real, sim in systems:
-        lines.append(row(f"{label}, real ({len(real)})", real))
+        hs = [r["local_steps"] for r in real if r.get("local_steps")]
+        h = f", H {min(a for a, _ in hs)}-{max(b for _, b in hs)}" if hs else ""
+        lines.append(row(f"{label}, real ({len(real)}){h}", real))
         if sim:
             lines.append(row(f"{label}, rumor-sim prediction ({len(sim)})", sim))
             lines.append(error_row(f"{label}: prediction error", sim, real))
     rumor = med(systems[0][1], "t_target")
-    ddp = [med(r, "t_target") for _label, r, _sim in systems[1:] if med(r, "t_target") is not None]
+    ddp_forms = [r for label, r, _sim in systems if label.startswith("DDP")]
+    ddp = [med(r, "t_target") for r in ddp_forms if med(r, "t_target") is not None]
     if rumor is not None and ddp:
         lines.append(f"\nRumor's time to {target} / the best DDP form's: {rumor / min(ddp):.2f}x")
-    elif len(systems) > 1:
+    elif ddp_forms:
         lines.append(f"\nNo ratio: {'Rumor did not reach' if rumor is None else 'no DDP form reached'} {target}.")
     return "\n".join(lines) + "\n"
 
@@ -259,6 +284,10 @@ def main():
                     help="keep the real runs already in --out (and its calibration); redo the predictions and tables")
     ap.add_argument("--calibration", default=None,
                     help="with --sim-only: the calibration fragment to predict with (default: --out's calibration.ini)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                    help="also race Rumor with these scenario keys overridden, in the same rounds (after the "
+                         "scenario's own settings each round), real and simulated; e.g. "
+                         "'auto H:gossip.local_steps=auto' (repeatable)")
     ap.add_argument("--tables-only", action="store_true",
                     help="keep the real runs and the predictions already in --out; redo the tables (e.g. for another --target)")
     args = ap.parse_args()
@@ -278,17 +307,23 @@ def main():
     for name in args.scenarios.split(","):
         scn = os.path.join(ROOT, "examples", "testbed", f"{name}.ini")
         desc = open(scn).readline().lstrip("# ").strip()
-        real, sim = [], []
+        variants = [("Rumor native", "", [])] + [
+            (f"Rumor native, {v.split(':', 1)[0]}", f"-{re.sub(r'[^A-Za-z0-9]+', '_', v.split(':', 1)[0])}",
+             v.split(":", 1)[1].split(",")) for v in args.variant]
+        runs = {label: ([], []) for label, _, _ in variants}
         for k in range(args.rounds):
-            t0 = time.time()
-            real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{k}"), args.target,
-                                   args.timeout, rerun=not args.sim_only))
-            sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{k}"), args.target, 1 + k,
-                                 rerun=not args.tables_only))
-            print(f"testbed_race: {name} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} wall "
-                  f"{real[-1]['wall']:.1f} s, sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s "
-                  f"({time.time() - t0:.0f} s)", file=sys.stderr)
-        systems = [("Rumor native", real, sim)]
+            for label, tag, sets in variants:
+                t0 = time.time()
+                real, sim = runs[label]
+                real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{tag}{k}"), args.target,
+                                       args.timeout, rerun=not args.sim_only, sets=sets))
+                sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{tag}{k}"), args.target,
+                                     1 + k, rerun=not args.tables_only, sets=sets))
+                print(f"testbed_race: {name} {label} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} "
+                      f"wall {real[-1]['wall']:.1f} s, H {real[-1]['local_steps']}, {real[-1]['mb'] or 0:.0f} MB/peer, "
+                      f"sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s ({time.time() - t0:.0f} s)",
+                      file=sys.stderr)
+        systems = [(label, runs[label][0], runs[label][1]) for label, _, _ in variants]
         forms = [f for f in args.ddp.split(",") if f] if name in args.ddp_scenarios.split(",") else []
         for form in forms:
             dreal, dsim = [], []
@@ -305,7 +340,9 @@ def main():
             systems.append((labels[form], dreal, dsim or None))
         results.append((name, systems))
         md.append(table(name, desc, systems, args.target))
-        changes = change_report([os.path.join(args.out, name, f"real{k}") for k in range(args.rounds)])
+        changes = "\n".join(filter(None, (
+            change_report([os.path.join(args.out, name, f"real{tag}{k}") for k in range(args.rounds)])
+            for _, tag, _ in variants)))
         if changes:
             md[-1] += "\n" + changes + "\n"
         print(md[-1], flush=True)

@@ -128,7 +128,13 @@ void Gossip::note_round_trip(double seconds) {
   if (!(step_ewma_ > 0)) return;
   const std::size_t n = std::min<std::size_t>(rtt_count_, recent_rtt_.size());
   const double rtt = *std::min_element(recent_rtt_.begin(), recent_rtt_.begin() + static_cast<std::ptrdiff_t>(n));
-  const double h = std::ceil(rtt / (cfg_.exchange_share * step_ewma_));
+  double h = std::ceil(rtt / (cfg_.exchange_share * step_ewma_));
+  // Until the window is full, H grows at most 8-fold per round trip: the first ones come while the
+  // partners load, evaluate step 0 or wait for a core slice, and the shortest of one or two
+  // such is no measure of the link. Unchecked, one 95 ms round trip at the start on a testbed
+  // machine capped at 0.3 of a core set H = 716, and the next exchange never came in a 705-step
+  // run (bench/HISTORY.md "The race of --local-steps auto").
+  if (rtt_count_ < recent_rtt_.size()) h = std::min(h, 8.0 * static_cast<double>(auto_local_steps_));
   auto_local_steps_ = static_cast<std::uint64_t>(std::clamp(h, 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
 }
 
