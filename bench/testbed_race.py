@@ -170,11 +170,16 @@ def change_report(out_dirs):
                 failed += sum(1 for x in open(os.path.join(d, f"{q['id']}.jsonl"))
                               if '"exchange_failed"' in x)
             training = [e for e in ev if e[1] > 0]
+            hs = [(r["t"], r["local_steps"]) for r in rows if r.get("event") == "eval" and "local_steps" in r][:-1]
+            h_before = [h for t, h in hs if t <= at]
+            h_after = [h for t, h in hs if at < t <= at + 10]
+            h_text = (f"; H {h_before[-1] if h_before else '-'} before, {'/'.join(map(str, h_after)) or '-'} after"
+                      if hs and len(set(h for _, h in hs)) > 1 else "")
             lines.append(f"round {k + 1}: {p['id']} drops to {p['bandwidth_changes'][0]['bandwidth'] * 8 / 1e6:g} Mbit at "
                          f"{at:g} s; its evaluations in training from {training[0][0] if training else '-'} s to "
                          f"{ev[-1][0] if ev else '-'} s; "
                          f"steps/s before {fmt(rate(before), '.0f')}, in the 10 s after {fmt(rate(after), '.0f')}; "
-                         f"failed exchanges (all peers) {failed}")
+                         f"failed exchanges (all peers) {failed}{h_text}")
     return "\n".join(lines)
 
 

@@ -111,7 +111,7 @@ TEST_CASE("testbed scenarios: S0..S5 load, and their plans carry the classes' ba
     CHECK(plan["peers"][0]["cpu"].get<double>() == doctest::Approx(0.3));
     CHECK(plan["peers"][0]["flags"].size() > 10);
     if (w.changes) {
-      CHECK(last["bandwidth_changes"][0]["at"].get<double>() == doctest::Approx(14));
+      CHECK(last["bandwidth_changes"][0]["at"].get<double>() == doctest::Approx(9));
       CHECK(last["bandwidth_changes"][0]["bandwidth"].get<double>() == doctest::Approx(2.5e6));
     }
   }
