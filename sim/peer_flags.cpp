@@ -64,6 +64,7 @@ std::string testbed_plan(const Scenario& s) {
       p["class"] = c.name;
       p["bandwidth"] = c.bandwidth;
       p["cpu"] = c.cpu;
+      p["cpu_period"] = c.cpu_period;
       auto ch = nlohmann::ordered_json::array();
       for (const auto& b : c.bandwidth_changes) ch.push_back({{"at", b.at}, {"bandwidth", b.bandwidth}});
       p["bandwidth_changes"] = ch;

@@ -75,7 +75,8 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.pending_cpu = 0;
   const Rng root(s.seed);
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
-  if (s.time_slice > 0) p.slice_phase = root.fork(streams::kSliceBase + p.index).fork(p.life).uniform(0, 1);
+  if (s.time_slice > 0 || s.classes[p.cls].capped_in_windows())
+    p.slice_phase = root.fork(streams::kSliceBase + p.index).fork(p.life).uniform(0, 1);
   p.model = work->make_peer(p.index, p.life);
   p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
   // A restart after a fault crash resumes from the model and step it had (a checkpoint).
@@ -203,12 +204,9 @@ void Simulation::Impl::begin_step(Peer& p) {
   schedule(cpu_end(p, now, s.mid_fraction * work), EventKind::StepMid, p.index, p.life);
 }
 
-double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const {
-  const double f = cpu_factor();
-  if (s.time_slice <= 0 || f <= 1.0) return start + work * f;
-  // Windows of `on` seconds every `period`, shifted by the peer's phase; the work advances
-  // only inside them. Each window passed consumes `on` > 0 of it, so this ends.
-  const double on = s.time_slice, period = on * f, phase = p.slice_phase * period;
+// The end of `work` seconds of computing that advances only in windows of `on` seconds every
+// `period`, the first at `phase`. Each window passed consumes `on` > 0 of it, so this ends.
+static double in_windows(double start, double work, double on, double period, double phase) {
   double k = std::floor((start - phase) / period);
   double t = start, left = work;
   for (;;) {
@@ -220,6 +218,18 @@ double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const
     k += 1;
     t = phase + k * period;
   }
+}
+
+double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const {
+  const double f = cpu_factor();
+  const PeerClass& c = s.classes[p.cls];
+  // A CFS quota (class cpu_period): `work` is the machine's average time (a whole core's over
+  // cpu); a whole core's worth of it runs in windows of cpu x cpu_period every cpu_period.
+  if (c.capped_in_windows())
+    return in_windows(start, work * f * c.cpu, c.cpu * c.cpu_period, c.cpu_period, p.slice_phase * c.cpu_period);
+  if (s.time_slice <= 0 || f <= 1.0) return start + work * f;
+  const double period = s.time_slice * f;
+  return in_windows(start, work, s.time_slice, period, p.slice_phase * period);
 }
 
 void Simulation::Impl::step_mid(Peer& p) {

@@ -79,6 +79,13 @@ struct PeerClass {
   // cgroup CPU cap). The parser divides step_time, exchange_cpu, eval_time and start by it, so
   // the times above are those of a whole core as written and the machine's once parsed.
   double cpu = 1.0;
+  // > 0 (with cpu < 1): the cap is a CFS quota of cpu x cpu_period in every cpu_period (the
+  // testbed's cgroup; the kernel's period is 100 ms): the machine computes at a whole core's
+  // speed for cpu x cpu_period, then not at all until the next period, and its steps,
+  // evaluations and the inputs they drain advance only in those windows (each peer's windows at
+  // its own phase). 0: evenly at `cpu` of a core at every instant.
+  double cpu_period = 0.0;
+  bool capped_in_windows() const { return cpu_period > 0 && cpu < 1.0; }
   // `bandwidth_change = RATE@T[, RATE@T ...]`: from virtual time T on, the NIC runs at RATE
   // (bytes/s), in time order (the testbed's `tc class change` mid-run).
   struct BandwidthChange {

@@ -129,9 +129,11 @@ class Testbed:
             signal.signal(s, h)
         return False
 
-    def add_peer(self, k, bandwidth, cpu):
+    def add_peer(self, k, bandwidth, cpu, period_us=None):
         """Namespace, veth to the bridge, htb both ways at `bandwidth` bytes/s, a cgroup with
-        `cpu` cores (0 or None: uncapped)."""
+        `cpu` cores (0 or None: uncapped) as a quota in every `period_us` (default: the
+        testbed's)."""
+        period_us = int(period_us or self.period_us)
         ns = self.ns(k)
         sh("ip", "netns", "add", ns)
         self.peers.append(k)
@@ -149,8 +151,8 @@ class Testbed:
         cg = self.cgroup(k)
         os.makedirs(cg, exist_ok=True)
         with open(os.path.join(cg, "cpu.cfs_period_us"), "w") as f:
-            f.write(str(self.period_us))
-        quota = -1 if not cpu else max(1000, int(round(cpu * self.period_us)))
+            f.write(str(period_us))
+        quota = -1 if not cpu else max(1000, int(round(cpu * period_us)))
         with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
             f.write(str(quota))
 
@@ -336,9 +338,12 @@ def run_scenario(args):
     n = len(plan["peers"])
     if n > 200:
         raise SystemExit("run.sh: at most 200 peers fit the /24")
-    with Testbed(args.prefix, args.subnet, args.period_us) as tb:
+    with Testbed(args.prefix, args.subnet, args.period_us or 100000) as tb:
         for k, p in enumerate(plan["peers"]):
-            tb.add_peer(k, p["bandwidth"], p["cpu"])
+            # --period-us, else the scenario's cpu_period (rumor-sim runs the peer in windows of
+            # that length), else the kernel's 100 ms
+            tb.add_peer(k, p["bandwidth"], p["cpu"],
+                        args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
         seed = f"{tb.addr(0)}:{args.port}"
         procs = []
         launched = time.time()
@@ -426,8 +431,9 @@ def main(argv=None):
     ap.add_argument("--prefix", default=None, help="name prefix of namespaces and cgroups (default rtb-<pid>)")
     ap.add_argument("--subnet", default="10.213.7", help="the private /24, first three octets (default 10.213.7)")
     ap.add_argument("--port", type=int, default=7000, help="every peer listens on this port in its namespace")
-    ap.add_argument("--period-us", type=int, default=100000,
-                    help="cfs_period_us of the CPU caps (default 100000, the kernel's; with 10000 a 0.075 cap gave 0.34 of a core here)")
+    ap.add_argument("--period-us", type=int, default=None,
+                    help="cfs_period_us of the CPU caps (default: the scenario's cpu_period, else 100000, the "
+                         "kernel's; with 10000 a 0.075 cap gave 0.34 of a core here)")
     ap.add_argument("--timeout", type=float, default=600, help="stop the run after this many seconds (default 600)")
     ap.add_argument("--target", type=float, default=0.85, help="accuracy whose first crossing by each peer is reported")
     ap.add_argument("--check", action="store_true", help="only check that this machine can host a testbed")

@@ -363,6 +363,36 @@ TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in 
   CHECK(again.events_csv() == sliced.events_csv());
 }
 
+TEST_CASE("compute: a CPU cap as a CFS quota (cpu_period) computes in windows: the same pace, longer round trips") {
+  // 4 peers at 0.3 of a core: 1 ms of a whole core per step, so 3.3 ms on average. With
+  // cpu_period = 100ms each computes at full speed for 30 ms in every 100 and not at all in
+  // between (a cgroup quota, as on the testbed): about as many steps, but an exchange waits
+  // for its partner's next window (up to 70 ms) before it is answered or mixed.
+  const char* capped = "[run]\nduration = 3\nsettle = 0\n[workload]\nkind = quadratic\ndim = 32\nlr = 0.01\n"
+                       "[compute]\nstep_time = 1ms\ncpu = 0.3\n[output]\nlog_exchanges = on\n[class.peer]\ncount = 4\n";
+  Simulation even(scn(capped)), windows(scn(capped, {"compute.cpu_period=100ms"}));
+  even.run();
+  windows.run();
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    CHECK(even.steps(p) == doctest::Approx(900).epsilon(0.05));
+    CHECK(windows.steps(p) == doctest::Approx(900).epsilon(0.1));
+  }
+  const auto a = round_trips(even), b = round_trips(windows);
+  REQUIRE(a.size() > 100);
+  REQUIRE(b.size() > 10);
+  const double mean_a = std::accumulate(a.begin(), a.end(), 0.0) / static_cast<double>(a.size());
+  const double mean_b = std::accumulate(b.begin(), b.end(), 0.0) / static_cast<double>(b.size());
+  CHECK(mean_b > 5 * mean_a);
+  MESSAGE("mean round trip: even " << mean_a * 1e3 << " ms, in windows " << mean_b * 1e3 << " ms");
+  CHECK(*std::max_element(b.begin(), b.end()) > 0.03);
+  // A class's own period, and the plan the testbed reads carries it.
+  const Scenario two = scn(capped, {"class.peer.cpu_period=50ms"});
+  CHECK(two.classes[0].cpu_period == doctest::Approx(0.05));
+  Simulation again(scn(capped, {"compute.cpu_period=100ms"}));
+  again.run();
+  CHECK(again.events_csv() == windows.events_csv());
+}
+
 namespace {
 // 4 quadratic peers (a payload of 8 KB), steps of 1 ms, exchanges logged.
 const char* kAutoH = "[run]\nduration = 4\nsettle = 0\n[workload]\nkind = quadratic\ndim = 2000\nlr = 0.01\n"
