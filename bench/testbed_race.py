@@ -296,6 +296,13 @@ def main():
     ap.add_argument("--tables-only", action="store_true",
                     help="keep the real runs and the predictions already in --out; redo the tables (e.g. for another --target)")
     args = ap.parse_args()
+    # (label, suffix of its output folders, scenario keys overridden): the scenario as written first
+    variants = [("Rumor native", "", [])]
+    for v in args.variant:
+        if ":" not in v:
+            ap.error(f"--variant {v!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
+        label, sets = v.split(":", 1)
+        variants.append((f"Rumor native, {label}", "-" + re.sub(r"[^A-Za-z0-9]+", "_", label), sets.split(",")))
     os.makedirs(args.out, exist_ok=True)
     args.sim_only = args.sim_only or args.tables_only
     if args.sim_only:
@@ -312,9 +319,6 @@ def main():
     for name in args.scenarios.split(","):
         scn = os.path.join(ROOT, "examples", "testbed", f"{name}.ini")
         desc = open(scn).readline().lstrip("# ").strip()
-        variants = [("Rumor native", "", [])] + [
-            (f"Rumor native, {v.split(':', 1)[0]}", f"-{re.sub(r'[^A-Za-z0-9]+', '_', v.split(':', 1)[0])}",
-             v.split(":", 1)[1].split(",")) for v in args.variant]
         runs = {label: ([], []) for label, _, _ in variants}
         for k in range(args.rounds):
             for label, tag, sets in variants:

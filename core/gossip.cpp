@@ -232,15 +232,18 @@ bool Gossip::start_exchange(Partners partners) {
     // Settling: the member we mixed with longest ago (never, first), so that a few exchanges
     // each reach every model of a small swarm, as rounds of pairs would, instead of random
     // draws that repeat a pair while a third model waits (docs/ARCHITECTURE.md "Settling").
-    const auto last_mix = [&](const PeerId& id) {
+    std::vector<PeerId> longest_ago;
+    std::uint64_t oldest = ~std::uint64_t{0};
+    for (auto& id : candidates) {
       const Member* m = view_.find(id);
-      return m ? m->ex_version : std::uint64_t{0};
-    };
-    std::uint64_t oldest = last_mix(candidates.front());
-    for (const auto& id : candidates) oldest = std::min(oldest, last_mix(id));
-    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
-                                    [&](const PeerId& id) { return last_mix(id) != oldest; }),
-                     candidates.end());
+      const std::uint64_t last_mix = m ? m->ex_version : 0;
+      if (last_mix < oldest) {
+        oldest = last_mix;
+        longest_ago.clear();
+      }
+      if (last_mix == oldest) longest_ago.push_back(std::move(id));
+    }
+    candidates = std::move(longest_ago);
   }
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};

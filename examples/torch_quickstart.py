@@ -235,13 +235,14 @@ def launch(a):
     model = "mlp" if a.mixed else "cnn"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = rumor_run(a.build)
-    recipe = ["--epochs", str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr), "--lr-schedule", a.lr_schedule,
-              "--decay-fraction", str(a.decay_fraction), "--local-steps", str(a.local_steps), "--staleness",
-              str(a.staleness), "--codec", a.codec, "--mix-weight", a.mix_weight]
+    steps_recipe = ["--batch", str(a.batch), "--lr", str(a.lr), "--lr-schedule", a.lr_schedule,
+                    "--decay-fraction", str(a.decay_fraction), "--local-steps", str(a.local_steps), "--staleness",
+                    str(a.staleness), "--codec", a.codec, "--mix-weight", a.mix_weight]
+    recipe = ["--epochs", str(a.epochs), *steps_recipe]
     # rumor-peer stops at whichever of its stop rules comes first: under a swarm-wide budget it
     # must not also stop after --epochs of its own shard (the Python workers read --epochs only
     # without a budget), or the fast native peers stop early and wait for the Python ones.
-    native_recipe = recipe[2:] if a.swarm_epochs else recipe
+    native_recipe = steps_recipe if a.swarm_epochs else recipe
     limits = ["--timeout", str(a.timeout), "--grace", "10"]
     # The Python peers: one rumor-run, --nproc of them, shards 1..n_py of --peers, every one
     # waiting for all --peers (rumor-peer ones included) before training.

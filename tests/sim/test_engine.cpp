@@ -334,6 +334,7 @@ std::vector<double> round_trips(const Simulation& sim) {
   }
   return r;
 }
+double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 }  // namespace
 
 TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in time slices") {
@@ -351,8 +352,7 @@ TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in 
   const auto a = round_trips(even), b = round_trips(sliced);
   REQUIRE(a.size() > 100);
   REQUIRE(b.size() > 100);
-  const double mean_a = std::accumulate(a.begin(), a.end(), 0.0) / static_cast<double>(a.size());
-  const double mean_b = std::accumulate(b.begin(), b.end(), 0.0) / static_cast<double>(b.size());
+  const double mean_a = mean(a), mean_b = mean(b);
   INFO("mean round trip: even " << mean_a * 1e3 << " ms, sliced " << mean_b * 1e3 << " ms");
   CHECK(mean_b > 1.3 * mean_a);
   CHECK(*std::max_element(b.begin(), b.end()) > 0.004);
@@ -380,8 +380,7 @@ TEST_CASE("compute: a CPU cap as a CFS quota (cpu_period) computes in windows: t
   const auto a = round_trips(even), b = round_trips(windows);
   REQUIRE(a.size() > 100);
   REQUIRE(b.size() > 10);
-  const double mean_a = std::accumulate(a.begin(), a.end(), 0.0) / static_cast<double>(a.size());
-  const double mean_b = std::accumulate(b.begin(), b.end(), 0.0) / static_cast<double>(b.size());
+  const double mean_a = mean(a), mean_b = mean(b);
   CHECK(mean_b > 5 * mean_a);
   MESSAGE("mean round trip: even " << mean_a * 1e3 << " ms, in windows " << mean_b * 1e3 << " ms");
   CHECK(*std::max_element(b.begin(), b.end()) > 0.03);
