@@ -157,7 +157,7 @@ double Gossip::slowest_training_step() const {
 
 void Gossip::mixed_with(const PeerId& peer, std::uint64_t their_clock, std::uint32_t fragment) {
   // Outer momentum (core/outer.hpp): the next outer step counts local progress from here.
-  const bool stepped = outer_.active();
+  const bool stepped = outer_.active() && !outer_paused_;
   const std::uint64_t lo = ExchangeMsg::fragment_lo(params_.size(), fragment, fragments_);
   outer_.rebase(params_, lo, ExchangeMsg::fragment_lo(params_.size(), fragment + 1, fragments_) - lo);
   const std::uint64_t before = model_version_;

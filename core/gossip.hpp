@@ -249,6 +249,15 @@ class Gossip {
   // Training begins (PeerLoop, after the state wait): the outer optimizer's anchor is the
   // model now (core/outer.hpp). A no-op with outer momentum off.
   void begin_outer() { outer_.begin(params_); }
+  // Training pauses (PeerLoop::pause: the Python module's serve(), which settles between or
+  // after a user's training steps) or resumes. While paused, mixes are plain averaging, as
+  // settling after set_done is: there is no local progress, and the momentum left over would
+  // otherwise move the model at every mix on its own (core/outer.hpp), 6 times its velocity in
+  // all with momentum 0.9: Python peers at --local-steps 64 with outer momentum lost 2.5 points
+  // in the 3 s settle at the end of training. The anchor still follows each mix, so once
+  // training resumes the next outer step sees only the local progress made after the pause.
+  void pause_outer(bool paused) { outer_paused_ = paused; }
+  bool outer_paused() const { return outer_paused_; }
   const OuterOptimizer& outer() const { return outer_; }
   bool done() const { return view_.self().done; }
   // A member `useful` to exchange with as Partners::Useful says (it need not be usable now).
@@ -382,6 +391,7 @@ class Gossip {
   // With fragments, on that range only (Streaming DiLoCo: each fragment's outer step works on
   // its own local progress since that fragment was last mixed).
   void outer_step(std::uint32_t fragment = 0) {
+    if (outer_paused_) return;
     const std::uint64_t lo = ExchangeMsg::fragment_lo(params_.size(), fragment, fragments_);
     outer_.step(params_, lo, ExchangeMsg::fragment_lo(params_.size(), fragment + 1, fragments_) - lo);
   }
@@ -514,6 +524,7 @@ class Gossip {
   double last_step_at_ = -1, step_ewma_ = 0;
   std::array<double, 4> recent_rtt_{};
   std::uint64_t rtt_count_ = 0;
+  bool outer_paused_ = false;  // pause_outer
   std::uint64_t auto_local_steps_ = 1;
   void note_round_trip(double seconds);
   std::uint64_t next_exchange_id_ = 1;

@@ -85,6 +85,7 @@ void PeerLoop::end_pause() {
 
 void PeerLoop::resume_training() {
   pausing_ = false;
+  gossip_.pause_outer(false);
   emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, env_.now() - phase_start_,
        gossip_.stats().last_distance, "pause");
   enter(LoopPhase::Training);
@@ -221,7 +222,7 @@ void PeerLoop::begin_training() {
   stats_.training_started = now;
   gossip_.begin_outer();  // outer momentum's anchor: the model training starts from
   enter(LoopPhase::Training);
-  first_eval_pending_ = s_.evaluate;
+  first_eval_pending_ = s_.evaluate && s_.evaluate_in_training;
 }
 
 LoopAction PeerLoop::training_top() {
@@ -234,6 +235,7 @@ LoopAction PeerLoop::training_top() {
   if (pause_pending_) {
     pause_pending_ = false;
     pausing_ = true;
+    gossip_.pause_outer(true);  // settling is plain averaging (core/outer.hpp)
     begin_settling(pause_s_, pause_max_s_);
     return settle_next();
   }
@@ -276,7 +278,7 @@ void PeerLoop::step_done(double loss, double seconds, std::uint64_t batch_sample
     return;
   }
   gossip_.on_step_done(model_.steps(), model_.samples());
-  if (s_.evaluate && eval_due() && !stop_rule()) eval_pending_ = true;
+  if (s_.evaluate && s_.evaluate_in_training && eval_due() && !stop_rule()) eval_pending_ = true;
 }
 
 LoopAction PeerLoop::after_training() {

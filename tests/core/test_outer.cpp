@@ -133,3 +133,85 @@ TEST_CASE("outer momentum: a swarm with local steps nears the optimum faster, an
   CHECK(settled_outer < 1e-3);
   CHECK(settled_plain < 1e-3);
 }
+
+namespace {
+
+// The quadratic swarm of quadratic_swarm() with outer momentum trains for `seconds`, then
+// stops stepping and only mixes for 2 s, as a Python peer's serve() does after its last step
+// (PeerLoop::pause). `end`: 0 training is over (set_done), 1 a pause (Gossip::pause_outer),
+// 2 neither (the outer steps go on: what a pause did before pause_outer). Returns how far the
+// swarm's mean model moved while it only mixed, relative to the mean's norm, and sets
+// `steps_while_mixing` to the outer steps taken then and `spread` to the largest distance
+// between two peers at the end.
+double mean_drift_while_mixing(int end, std::uint64_t* steps_while_mixing, double* spread) {
+  Cluster c;
+  c.cfg.local_steps = 4;
+  c.cfg.outer = OuterConfig{0.7, 0.9, true};
+  const std::size_t P = 8;
+  const int n = 6;
+  std::map<PeerId, std::vector<float>> target;
+  for (int i = 0; i < n; ++i) target["p" + std::to_string(i)] = random_params(P, 500 + i);
+  c.local_step = [&](Node& node) {
+    const auto& t = target[node.env.self];
+    for (std::size_t k = 0; k < P; ++k) node.params[k] -= 0.002f * (node.params[k] - t[k]);
+  };
+  for (int i = 0; i < n; ++i)
+    c.add("p" + std::to_string(i), std::vector<float>(P, 0.0f), i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}, 40 + i);
+  for (auto& [id, node] : c.nodes) node->g->begin_outer();
+  const double seconds = 0.5;
+  c.run(seconds);
+  c.stepping = false;
+  c.run(seconds + 0.05);  // the exchanges in flight land
+  const auto mean = [&] {
+    std::vector<double> m(P, 0.0);
+    for (const auto& [id, node] : c.nodes)
+      for (std::size_t k = 0; k < P; ++k) m[k] += node->params[k] / n;
+    return m;
+  };
+  const std::vector<double> m0 = mean();
+  std::uint64_t steps0 = 0;
+  for (auto& [id, node] : c.nodes) {
+    steps0 += node->g->outer().steps();
+    if (end == 0) node->g->set_done();
+    if (end == 1) node->g->pause_outer(true);
+  }
+  for (int k = 1; k <= 200; ++k) {
+    c.run(seconds + 0.05 + k * 0.01);
+    for (auto& [id, node] : c.nodes) node->g->on_idle();
+  }
+  const std::vector<double> m1 = mean();
+  double moved = 0, norm = 0;
+  for (std::size_t k = 0; k < P; ++k) {
+    moved += (m1[k] - m0[k]) * (m1[k] - m0[k]);
+    norm += m0[k] * m0[k];
+  }
+  *steps_while_mixing = 0;
+  *spread = 0;
+  for (const auto& [id, a] : c.nodes) {
+    *steps_while_mixing += a->g->outer().steps();
+    for (const auto& [id2, b] : c.nodes) *spread = std::max(*spread, static_cast<double>(relative_distance(a->params, b->params)));
+  }
+  *steps_while_mixing -= steps0;
+  return std::sqrt(moved / norm);
+}
+
+}  // namespace
+
+TEST_CASE("outer momentum: a pause in training (serve()) mixes plainly, as settling does: the mean stays") {
+  std::uint64_t steps_done = 0, steps_paused = 0, steps_on = 0;
+  double spread_done = 0, spread_paused = 0, spread_on = 0;
+  const double done = mean_drift_while_mixing(0, &steps_done, &spread_done);
+  const double paused = mean_drift_while_mixing(1, &steps_paused, &spread_paused);
+  const double on = mean_drift_while_mixing(2, &steps_on, &spread_on);
+  INFO("mean moved while only mixing: done " << done << ", paused " << paused << ", outer steps on " << on
+                                             << "; outer steps then " << steps_done << " / " << steps_paused << " / "
+                                             << steps_on << "; spread " << spread_done << " / " << spread_paused << " / "
+                                             << spread_on);
+  CHECK(steps_paused == 0);
+  CHECK(paused < 1e-5);  // plain averaging keeps the mean (float rounding only)
+  CHECK(done < 1e-5);
+  CHECK(spread_paused < 1e-3);
+  // Without the pause the momentum left over keeps moving the models, and the mean with them.
+  CHECK(steps_on > 50);
+  CHECK(on > 100 * std::max(paused, 1e-7));
+}
