@@ -86,6 +86,9 @@ struct LoopSettings {
   // training begins (after any state transfer), every `eval_every` steps (0: at each whole
   // epoch), and once at the end.
   bool evaluate = true;
+  // false: only the evaluation at the end (a Python peer other than the one that reports
+  // progress, examples/torch_quickstart.py --eval-peers; rumor-sim's output.train_evals).
+  bool evaluate_in_training = true;
   std::uint64_t eval_every = 0;
   std::size_t min_peers = 1;     // wait for this many peers (ourselves included) before training
   double min_peers_timeout_s = 120;  // ... then train anyway

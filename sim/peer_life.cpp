@@ -96,6 +96,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.env->set_rate(p.rate);
   LoopSettings ls = loop_settings(s);
   ls.train_set_rows = work->train_set_rows();
+  if (s.train_evals) ls.evaluate_in_training = std::binary_search(s.train_evals->begin(), s.train_evals->end(), p.index);
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).

@@ -93,7 +93,7 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
     {"faults", fault_keys()},
     {"invariants", {"check"}},
-    {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "log_exchanges", "log_views"}},
+    {"output", {"sample_every", "eval_peers", "eval_rows", "peer_evals", "train_evals", "log_exchanges", "log_views"}},
 });
 }  // namespace ini
 
@@ -756,6 +756,8 @@ class Builder {
     get("output.eval_peers", s.eval_peers);
     get("output.eval_rows", s.eval_rows);
     get("output.peer_evals", s.peer_evals);
+    if (const RawValue* v = r_.last("output.train_evals"))
+      s.train_evals = resolve(v->value, v->where, "output.train_evals", s);
     get("output.log_exchanges", s.log_exchanges);
     get("output.log_views", s.log_views);
     if (s.duration > 0 && s.duration / s.sample_every > 1e6)

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -220,6 +221,9 @@ struct Scenario {
   std::size_t eval_peers = 4;
   std::size_t eval_rows = 0;       // 0 = the whole test set
   bool peer_evals = false;         // per-peer evaluations at the daemon's points (loop.eval_every)
+  // With peer_evals: the peers that also evaluate during training (nullopt: all); the others
+  // evaluate once, at the end, as Python peers other than the reporting one do.
+  std::optional<PeerSet> train_evals;
   bool log_exchanges = false, log_views = false;
   // [faults] (sim/faults.hpp, docs/testing.md): fault points, all off by default.
   FaultSettings faults;

@@ -164,6 +164,50 @@ eval_every_steps = 20
   CHECK(a.sum.find("\"joins\": 1") != std::string::npos);
 }
 
+TEST_CASE("engine: output.train_evals = p0: only p0 evaluates during training, every peer at the end") {
+  // The testbed's Python peers (examples/torch_quickstart.py --eval-peers 1): the reporting
+  // peer evaluates at the start and every eval_every steps, the others once, after settling.
+  const std::string text = R"(
+[run]
+peers = 3
+seed = 2
+settle = 0.1
+[workload]
+kind = model
+data = synthetic
+model = logreg
+batch = 32
+steps = 60
+[compute]
+step_time = 5ms
+eval_time = 20ms
+[network]
+latency = 1ms
+[output]
+eval_rows = 300
+peer_evals = on
+eval_every = 20
+)";
+  const auto evals_of = [](const std::string& ev, const std::string& peer) {
+    std::istringstream in(ev);
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("," + peer + ",eval,") != std::string::npos) ++n;
+    return n;
+  };
+  const Outputs all = run_all(scn(text));
+  const Outputs p0 = run_all(scn(text, {"output.train_evals=p0"}));
+  for (const std::string peer : {"p0", "p1", "p2"}) {
+    INFO(peer);
+    CHECK(evals_of(all.ev, peer) == 4);  // steps 0, 20 and 40, and the final one after settling
+  }
+  CHECK(evals_of(p0.ev, "p0") == 4);
+  CHECK(evals_of(p0.ev, "p1") == 1);
+  CHECK(evals_of(p0.ev, "p2") == 1);
+  CHECK(p0.sum.find("\"virtual_time\"") != std::string::npos);
+  CHECK_THROWS_WITH_AS(scn(text, {"output.train_evals=p7"}), doctest::Contains("output.train_evals"), std::exception);
+}
+
 TEST_CASE("engine: training off, consensus falls to zero and float32 mixing keeps the mean") {
   // Over a full convergence the mean moves by float32 rounding only: each exchange writes
   // round((x_i + x_j) / 2) to both peers, so the sum can move by one ulp (2^-23 relative) per
