@@ -3,7 +3,9 @@
 network namespace; docs/testbed.md). gloo over the namespace's eth0, one thread.
 
 The model and recipe are the scenario's (rumor-peer's flags, as `rumor-sim --peer-flags` gives
-them): mlp:256,128 as torch layers, Adam, --lr, --batch, --epochs, the rank's shard of the
+them): mlp:W,... as torch layers (or, with --torch-model cnn, the torch quickstart's CNN: the
+model the Python peers of `run.sh --peer-cmd python --torch-model cnn` train), Adam, --lr,
+--lr-schedule (constant, cosine or wsd, as examples/torch_quickstart.py), --batch, --epochs, the rank's shard of the
 training set (K/N: the same rows per rank count as the Rumor peer's shard; DistributedSampler,
 reshuffled every epoch), an evaluation on the test set by rank 0 every --eval-every steps and at
 the start and the end, and by every rank at the end (its own model: post-local SGD's ranks
@@ -27,13 +29,14 @@ import sys
 import time
 
 T_START = time.time()
+T_START_MONO = time.monotonic()
 
 import numpy as np  # noqa: E402
 
 
 # Fashion-MNIST as examples/torch_quickstart.py reads it (numpy only at import).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from torch_quickstart import load  # noqa: E402
+from torch_quickstart import load, lr_scheduler, make_model, SCHEDULES  # noqa: E402
 
 
 def wchar():
@@ -58,6 +61,10 @@ def main():
     # The scenario's flags (rumor-peer's names); the ones a DDP rank has no use for are accepted.
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--model", default="mlp:256,128")
+    ap.add_argument("--torch-model", choices=("scenario", "mlp", "cnn"), default="scenario",
+                    help="cnn: the torch quickstart's CNN instead of the scenario's MLP")
+    ap.add_argument("--lr-schedule", choices=SCHEDULES, default="constant")
+    ap.add_argument("--decay-fraction", type=float, default=0.3)
     ap.add_argument("--optimizer", default="adam")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=64)
@@ -65,8 +72,10 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     args, _ignored = ap.parse_known_args()
-    if not args.model.startswith("mlp:") or args.optimizer != "adam":
-        sys.exit(f"testbed_ddp: only mlp:W,... with adam is built (got {args.model}, {args.optimizer})")
+    cnn = args.torch_model == "cnn"
+    if (not cnn and not args.model.startswith("mlp:")) or args.optimizer != "adam":
+        sys.exit(f"testbed_ddp: only mlp:W,... (or --torch-model cnn) with adam is built (got {args.model}, "
+                 f"{args.optimizer})")
     os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(v, "1")
@@ -79,24 +88,31 @@ def main():
     metrics = open(args.metrics, "w", buffering=1)
 
     def emit(**kv):
-        kv = {"t": round(time.time() - T_START, 4), **kv}
+        kv = {"t": round(time.monotonic() - T_START_MONO, 4), **kv}
         metrics.write(json.dumps(kv) + "\n")
 
-    xtr = torch.from_numpy(load(args.data, "train-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0)
+    # as rumor-peer's first line: where this file's clock starts, on the wall clock
+    emit(event="start", t=0.0, peer=f"rank{args.rank}", unix_time=T_START, t_offset=0.0, device="cpu")
+
+    shape = (-1, 1, 28, 28) if cnn else (-1, 784)
+    xtr = torch.from_numpy(load(args.data, "train-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0)
     ytr = torch.from_numpy(load(args.data, "train-labels-idx1-ubyte").astype(np.int64))
-    xte = torch.from_numpy(load(args.data, "t10k-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0)
+    xte = torch.from_numpy(load(args.data, "t10k-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0)
     yte = torch.from_numpy(load(args.data, "t10k-labels-idx1-ubyte").astype(np.int64))
 
     host, port = args.master.rsplit(":", 1)
     dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=args.rank, world_size=args.world)
     torch.manual_seed(args.seed)
-    widths = [int(w) for w in args.model[4:].split(",")]
-    layers, prev = [], 784
-    for w in widths:
-        layers += [nn.Linear(prev, w), nn.ReLU()]
-        prev = w
-    layers.append(nn.Linear(prev, 10))
-    model = DDP(nn.Sequential(*layers))
+    if cnn:
+        model = DDP(make_model("cnn"))
+    else:
+        widths = [int(w) for w in args.model[4:].split(",")]
+        layers, prev = [], 784
+        for w in widths:
+            layers += [nn.Linear(prev, w), nn.ReLU()]
+            prev = w
+        layers.append(nn.Linear(prev, 10))
+        model = DDP(nn.Sequential(*layers))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     if args.ddp == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
@@ -128,6 +144,8 @@ def main():
     steps_per_epoch = math.ceil(per_rank / args.batch)
     total = int(math.ceil(args.epochs * steps_per_epoch))
     eval_every = args.eval_every or steps_per_epoch
+    # the schedule drives the inner optimizer (PostLocalSGDOptimizer wraps it)
+    sched = lr_scheduler(opt.optim if args.ddp == "postlocal" else opt, args.lr_schedule, total, args.decay_fraction)
     g = torch.Generator().manual_seed(args.seed)
     w0 = wchar()
     step, epoch = 0, 0
@@ -144,6 +162,8 @@ def main():
             loss = loss_fn(model(xtr[bi]), ytr[bi])
             loss.backward()
             opt.step()
+            if sched:
+                sched.step()
             step += 1
             if args.rank == 0 and step % eval_every == 0 and step < total:
                 emit(event="eval", step=step, epoch=step / steps_per_epoch, test_acc=accuracy(),

@@ -11,11 +11,18 @@ p0's accuracy against wall time, real (solid) and simulated (dashed), one panel 
 
 With --ddp FORMS (default plain,powersgd,postlocal) and --ddp-scenarios, torch DDP runs too, one
 rank per namespace (bench/testbed_ddp.py: gloo, the scenario's MLP and recipe), in --ddp-rounds
-rounds, with rumor-sim's `allreduce` prediction beside plain DDP (the other two forms have no
-model in the simulator).
+rounds, with rumor-sim's `allreduce` prediction beside plain DDP (with torch's step time from
+bench/torch_calibrate.py; it has no model of rank 0's evaluations, which hold every rank, and the
+other two forms have no model in the simulator).
 
-Not built (TODO): Rumor's Python peers (rumor.torch, examples/torch_quickstart.py) on the
-testbed, so the race is native rumor-peer against DDP, not the same torch code on both sides.
+With --python, Rumor's Python peers race too (run.sh --peer-cmd python: examples/
+torch_quickstart.py --worker, rumor.torch.GossipOptimizer with the scenario's recipe and loop
+knobs), so that the race against DDP is the same torch model and recipe on both sides;
+--torch-model cnn makes both sides train the torch quickstart's CNN (for a target of 0.88).
+rumor-sim predicts the Python runs too, with bench/torch_calibrate.py's figures (torch's step,
+evaluation and start-up at one core) over rumor-peer's calibration (the exchanges' CPU is the
+same C++ code) and only p0 evaluating during training (output.train_evals = p0).
+--rounds 0 leaves native rumor-peer out.
 """
 import argparse
 import csv
@@ -57,16 +64,21 @@ def first_at(points, target):
     return None
 
 
-def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets=()):
+def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets=(), python=False,
+               torch_model="scenario"):
     """One testbed run into `out` (rerun False: read the run already there, --sim-only); `sets`:
-    scenario keys overridden (run.sh --set)."""
+    scenario keys overridden (run.sh --set); ddp: a DDP form; python: Rumor's Python peers."""
+    if rerun and RESUME and os.path.exists(os.path.join(out, "summary.json")):
+        rerun = False  # --resume: this run finished before the race was interrupted
     if rerun:
         cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--out", out, "--build", build,
                "--target", str(target), "--timeout", str(timeout)]
         for kv in sets:
             cmd += ["--set", kv]
         if ddp:
-            cmd += ["--peer-cmd", "ddp", "--ddp", ddp]
+            cmd += ["--peer-cmd", "ddp", "--ddp", ddp, "--torch-model", torch_model]
+        elif python:
+            cmd += ["--peer-cmd", "python", "--torch-model", torch_model]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         with open(os.path.join(out, "run.log"), "w") as f:
             f.write(r.stdout)
@@ -103,13 +115,28 @@ def local_steps_seen(out):
     return (min(hs), max(hs)) if hs else None
 
 
-def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True, sets=()):
+RESUME = False  # --resume
+
+
+def torch_calibrate(build, out, model):
+    """bench/torch_calibrate.py: the Python peers' [compute] figures at one core."""
+    frag = os.path.join(out, f"torch_calibration_{model}.ini")
+    subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_calibrate.py"), "--model", model, "--out", frag],
+                   check=True, env=dict(os.environ, PYTHONPATH=os.path.join(build, "python")))
+    return frag
+
+
+def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True, sets=(), more=None):
+    """rumor-sim on the scenario with the calibration included after it (`more`: a further
+    fragment, the Python peers' torch figures)."""
     os.makedirs(out, exist_ok=True)
     if not rerun and os.path.exists(os.path.join(out, "summary.json")):
         return read_sim(out, target, allreduce)
     ini = os.path.join(out, "predict.ini")
     with open(ini, "w") as f:
         f.write(f"include = {os.path.abspath(scenario)}\ninclude = {os.path.abspath(calib)}\n")
+        if more:
+            f.write(f"include = {os.path.abspath(more)}\n")
         if allreduce:  # DDP's ring all-reduce of the gradient every step
             f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n[output]\npeer_evals = off\n")
     subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)]
@@ -218,19 +245,36 @@ def table(name, desc, systems, target):
              "MB sent per peer | wall s | runs that ended cleanly |",
              "|---|---|---|---|---|---|"]
     for label, real, sim in systems:
+        if not real:
+            continue
         hs = [r["local_steps"] for r in real if r.get("local_steps")]
         h = f", H {min(a for a, _ in hs)}-{max(b for _, b in hs)}" if hs else ""
         lines.append(row(f"{label}, real ({len(real)}){h}", real))
         if sim:
             lines.append(row(f"{label}, rumor-sim prediction ({len(sim)})", sim))
             lines.append(error_row(f"{label}: prediction error", sim, real))
-    rumor = med(systems[0][1], "t_target")
-    ddp_forms = [r for label, r, _sim in systems if label.startswith("DDP")]
-    ddp = [med(r, "t_target") for r in ddp_forms if med(r, "t_target") is not None]
-    if rumor is not None and ddp:
-        lines.append(f"\nRumor's time to {target} / the best DDP form's: {rumor / min(ddp):.2f}x")
-    elif ddp_forms:
-        lines.append(f"\nNo ratio: {'Rumor did not reach' if rumor is None else 'no DDP form reached'} {target}.")
+    ddp_forms = [(label, r) for label, r, _sim in systems if label.startswith("DDP") and r]
+    ddp = [(med(r, "t_target"), label) for label, r in ddp_forms if med(r, "t_target") is not None]
+    plain = next((r for label, r in ddp_forms if label == "DDP plain"), None)
+    notes = []
+    for label, real, _sim in systems:
+        if not label.startswith("Rumor") or not real or not ddp_forms:
+            continue
+        rumor = med(real, "t_target")
+        if rumor is not None and ddp:
+            best, best_label = min(ddp)
+            notes.append(f"{label}: time to {target} / the best DDP form's ({best_label}): {rumor / best:.2f}x")
+        else:
+            notes.append(f"{label}: no time ratio ({'it did not reach' if rumor is None else 'no DDP form reached'} "
+                         f"{target})")
+        if plain and med(plain, "mb") and med(real, "mb") is not None:
+            acc = (med(real, "acc_min"), med(plain, "acc_min"))
+            gap = "" if None in acc else f"; its worst peer {(acc[0] - acc[1]) * 100:+.2f} points against plain DDP's"
+            cut = ("" if all(r["ok"] for r in plain) else
+                   " (plain DDP was stopped at its time limit: its bytes and accuracy are those at the cut)")
+            notes.append(f"{label}: MB per peer / plain DDP's: 1/{med(plain, 'mb') / med(real, 'mb'):.0f}{gap}{cut}")
+    if notes:
+        lines.append("\n" + "\n".join(f"- {n}" for n in notes))
     return "\n".join(lines) + "\n"
 
 
@@ -293,11 +337,28 @@ def main():
                     help="also race Rumor with these scenario keys overridden, in the same rounds (after the "
                          "scenario's own settings each round), real and simulated; e.g. "
                          "'auto H:gossip.local_steps=auto' (repeatable)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a key of every scenario for every system, real and simulated (repeatable; "
+                         "e.g. output.eval_every=235 for the CNN, whose evaluation takes 50 s under a 0.3-core cap)")
+    ap.add_argument("--python", action="store_true",
+                    help="also race Rumor's Python peers (run.sh --peer-cmd python: the same torch model and recipe "
+                         "as the DDP ranks), in --python-rounds rounds per scenario of --python-scenarios")
+    ap.add_argument("--python-rounds", type=int, default=None, help="default: --rounds, or 3 where --rounds is 0")
+    ap.add_argument("--python-scenarios", default=None, help="default: every scenario raced")
+    ap.add_argument("--torch-model", choices=["scenario", "cnn"], default="scenario",
+                    help="the torch model of the Python peers and the DDP ranks: the scenario's mlp:256,128, or the "
+                         "torch quickstart's CNN (0.88+ in 3 epochs; use --target 0.88)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the real runs already finished in --out (those with a summary.json) and its "
+                         "calibration; run the rest (an interrupted race)")
     ap.add_argument("--tables-only", action="store_true",
                     help="keep the real runs and the predictions already in --out; redo the tables (e.g. for another --target)")
     args = ap.parse_args()
     # (label, suffix of its output folders, scenario keys overridden): the scenario as written first
     variants = [("Rumor native", "", [])]
+    if args.python_rounds is None:
+        args.python_rounds = args.rounds or 3
+    python_scenarios = (args.python_scenarios or args.scenarios).split(",")
     for v in args.variant:
         if ":" not in v:
             ap.error(f"--variant {v!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
@@ -305,12 +366,22 @@ def main():
         variants.append((f"Rumor native, {label}", "-" + re.sub(r"[^A-Za-z0-9]+", "_", label), sets.split(",")))
     os.makedirs(args.out, exist_ok=True)
     args.sim_only = args.sim_only or args.tables_only
-    if args.sim_only:
+    global RESUME
+    RESUME = args.resume
+    if args.sim_only or (args.resume and os.path.exists(os.path.join(args.out, "calibration.ini"))):
         calib = args.calibration or os.path.join(args.out, "calibration.ini")
         keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
     else:
         calib, keys = calibrate(args.build, args.out)
     print(f"testbed_race: one core of this machine: {keys}", file=sys.stderr)
+    torch_model = "cnn" if args.torch_model == "cnn" else "mlp"
+    torch_calib = None
+    # torch's figures predict the Python peers, and the DDP ranks' step in rumor-sim's allreduce
+    if (args.python or args.ddp) and torch_model == "mlp":
+        torch_calib = os.path.join(args.out, f"torch_calibration_{torch_model}.ini")
+        if not args.sim_only or not os.path.exists(torch_calib):
+            torch_calib = torch_calibrate(args.build, args.out, torch_model)
+        print(f"testbed_race: the Python peers at one core: {open(torch_calib).read()}", file=sys.stderr)
     md = [f"Calibration (one process, one core): step {float(keys['step_time']) * 1e3:.3f} ms, exchange CPU "
           f"{float(keys['exchange_cpu']) * 1e3:.3f} ms/message, evaluation {float(keys['eval_time']):.3f} s, "
           f"loading {float(keys['start']):.2f} s.\n"]
@@ -318,31 +389,56 @@ def main():
     results = []
     for name in args.scenarios.split(","):
         scn = os.path.join(ROOT, "examples", "testbed", f"{name}.ini")
-        desc = open(scn).readline().lstrip("# ").strip()
+        head = []
+        for line in open(scn).read().splitlines():
+            if not line.startswith("#"):
+                break
+            head.append(line.lstrip("# ").strip())
+        desc = " ".join(head).replace(" docs/testbed.md.", "")  # the file's leading comment
         runs = {label: ([], []) for label, _, _ in variants}
         for k in range(args.rounds):
             for label, tag, sets in variants:
                 t0 = time.time()
                 real, sim = runs[label]
                 real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{tag}{k}"), args.target,
-                                       args.timeout, rerun=not args.sim_only, sets=sets))
+                                       args.timeout, rerun=not args.sim_only, sets=args.set + sets))
                 sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{tag}{k}"), args.target,
-                                     1 + k, rerun=not args.tables_only, sets=sets))
+                                     1 + k, rerun=not args.tables_only, sets=args.set + sets))
                 print(f"testbed_race: {name} {label} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} "
                       f"wall {real[-1]['wall']:.1f} s, H {real[-1]['local_steps']}, {real[-1]['mb'] or 0:.0f} MB/peer, "
                       f"sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s ({time.time() - t0:.0f} s)",
                       file=sys.stderr)
         systems = [(label, runs[label][0], runs[label][1]) for label, _, _ in variants]
+        if args.python and name in python_scenarios:
+            preal, psim = [], []
+            for k in range(args.python_rounds):
+                t0 = time.time()
+                preal.append(real_round(args.build, scn, os.path.join(args.out, name, f"python{k}"), args.target,
+                                        args.timeout, rerun=not args.sim_only, python=True,
+                                        torch_model=args.torch_model, sets=args.set))
+                # rumor-sim has the scenario's MLP, not the torch CNN (batch norm): no prediction of that
+                if torch_model == "mlp":
+                    psim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-python{k}"),
+                                          args.target, 1 + k, rerun=not args.tables_only,
+                                          sets=args.set + ["output.train_evals=p0"], more=torch_calib))
+                print(f"testbed_race: {name} Rumor Python round {k + 1}/{args.python_rounds}: p0 t="
+                      f"{preal[-1]['t_target']} wall {preal[-1]['wall']:.1f} s, {preal[-1]['mb'] or 0:.0f} MB/peer"
+                      + (f", sim t={psim[-1]['t_target']} wall {psim[-1]['wall']:.1f} s" if psim else "")
+                      + f" ({time.time() - t0:.0f} s)", file=sys.stderr)
+            systems.insert(0, ("Rumor Python (rumor.torch)", preal, psim or None))
         forms = [f for f in args.ddp.split(",") if f] if name in args.ddp_scenarios.split(",") else []
         for form in forms:
             dreal, dsim = [], []
             for k in range(args.ddp_rounds):
                 t0 = time.time()
                 dreal.append(real_round(args.build, scn, os.path.join(args.out, name, f"ddp-{form}{k}"), args.target,
-                                        args.timeout, ddp=form, rerun=not args.sim_only))
-                if form == "plain":
+                                        args.timeout, ddp=form, rerun=not args.sim_only,
+                                        torch_model=args.torch_model, sets=args.set))
+                if form == "plain" and args.torch_model == "scenario":
                     dsim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-allreduce{k}"),
-                                          args.target, 1 + k, allreduce=True, rerun=not args.tables_only))
+                                          args.target, 1 + k, allreduce=True, rerun=not args.tables_only,
+                                          sets=[kv for kv in args.set if not kv.startswith("gossip.")],
+                                          more=torch_calib))
                 print(f"testbed_race: {name} DDP {form} round {k + 1}/{args.ddp_rounds}: rank 0 t="
                       f"{dreal[-1]['t_target']} wall {dreal[-1]['wall']:.1f} s ({time.time() - t0:.0f} s)",
                       file=sys.stderr)

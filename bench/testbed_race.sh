@@ -4,8 +4,8 @@
 # prediction of the same file beside each; one table per scenario (medians of --rounds), a PNG
 # of accuracy against wall time. `bench/testbed_race.sh --help` for the options.
 #
-# TODO (not built): Rumor's Python peers (rumor.torch, examples/torch_quickstart.py) in the
-# namespaces (run.sh --peer-cmd python refuses): the DDP side (plain, PowerSGD, post-local SGD
-# period 8; bench/testbed_ddp.py) races native rumor-peer, not the same torch code.
+# With --python, Rumor's Python peers (rumor.torch, run.sh --peer-cmd python) race torch DDP
+# (plain, PowerSGD, post-local SGD period 8; bench/testbed_ddp.py) with the same torch model and
+# recipe; --torch-model cnn for the 0.88 target.
 set -euo pipefail
 exec /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/testbed_race.py" "$@"

@@ -157,6 +157,10 @@ def worker(a):
         import rumor.torch
         # listen, join, name and metrics: rumor-run's (rumor.Peer reads them), unless given
         more = {} if a.min_peers is None else {"min_peers": a.min_peers}
+        if a.outer_lr is not None:
+            more["outer_lr"] = a.outer_lr
+        if a.outer_momentum is not None:
+            more["outer_momentum"] = a.outer_momentum
         peer = rumor.Peer(join=a.join, local_steps=a.local_steps, staleness=a.staleness, codec=a.codec,
                           mix_weight=a.mix_weight, metrics=a.metrics, name=a.name, log_level="info", **more)
         budget = {} if not a.swarm_epochs else {"swarm_epochs": a.swarm_epochs, "train_set_size": train_set_size}
@@ -325,6 +329,18 @@ def launch(a):
                     "--title", "Rumor + PyTorch: test accuracy of every peer"] + files, check=True)
 
 
+def local_steps_arg(text):
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of steps >= 1, or auto") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of steps >= 1, or auto")
+    return value
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "torch_quickstart"))
@@ -346,9 +362,15 @@ def main(argv=None):
                          "rumor-peer for --mixed peers)")
     ap.add_argument("--decay-fraction", type=float, default=RECIPE["decay_fraction"],
                     help="wsd: the part of the steps over which the rate decays to 0")
-    ap.add_argument("--local-steps", type=int, default=1)
+    ap.add_argument("--local-steps", type=local_steps_arg, default=1,
+                    help="optimizer steps between exchanges, or auto: the peer chooses from its step time "
+                         "and its exchanges' round trips (rumor-peer --local-steps)")
     ap.add_argument("--staleness", default="inf")
     ap.add_argument("--codec", default="none")
+    ap.add_argument("--outer-lr", type=float, default=None,
+                    help="outer learning rate of each mix (gossip-DiLoCo; rumor.Peer outer_lr; default 1: plain gossip)")
+    ap.add_argument("--outer-momentum", type=float, default=None,
+                    help="outer momentum (rumor.Peer outer_momentum; DiLoCo uses 0.9 with --outer-lr 0.7)")
     ap.add_argument("--mix-weight", choices=("uniform", "samples"), default="samples",
                     help="averaging weights: by the samples each peer has trained on (a peer that fell behind, "
                          "e.g. the one that evaluates, takes more of the others' models than they take of its own), "

@@ -5,7 +5,10 @@ and cgroup CPU caps, built from a rumor-sim scenario file (docs/testbed.md).
 One scenario, two worlds: `rumor-sim SCENARIO --testbed-plan` reads the file (the simulator's
 own parser) and prints every founder's class, bandwidth, CPU share, bandwidth changes and
 rumor-peer flags; this program builds that network and runs those peers, and `rumor-sim` on the
-same file predicts the run. Nothing here parses the INI file.
+same file predicts the run. Nothing here parses the INI file. What runs in each namespace:
+rumor-peer (`--peer-cmd native`), a Rumor Python peer (`python`: examples/torch_quickstart.py
+--worker with the scenario's recipe, flag by flag) or a torch DDP rank (`ddp`:
+bench/testbed_ddp.py); `--torch-model cnn` makes both torch sides train the torch quickstart's CNN.
 
 The network: one private /24 (default 10.213.7.0/24) that exists only inside the namespaces made
 here. A bridge `br0` lives in its own namespace (PREFIX-br), so nothing is added to the host's
@@ -305,15 +308,30 @@ def read_metrics(path):
     return rows
 
 
+def from_launch(rows, launched):
+    """Rewrite each line's `t` (seconds since the process's metrics clock started) as seconds
+    since the run's launch, by the `start` line's unix_time and t_offset. A Python peer's clock
+    starts when rumor.Peer is made, after torch's import and the data's loading (tens of seconds
+    under a CPU cap), rumor-peer's at once; a file without a start line is taken as is."""
+    start = next((r for r in rows if r.get("event") == "start" and "unix_time" in r), None)
+    if start is None:
+        return rows
+    shift = start["unix_time"] - start.get("t_offset", start.get("t", 0.0)) - launched
+    for r in rows:
+        if isinstance(r.get("t"), (int, float)):
+            r["t"] = round(r["t"] + shift, 4)
+    return rows
+
+
 def summarize(plan, out, launched, ended, target):
     """summary.json: per peer its class, final accuracy, bytes, steps, training wall; for the
     run, the wall time from launch and p0's time to `target` (seconds from launch)."""
     peers = []
     for p in plan["peers"]:
-        m = read_metrics(os.path.join(out, f"{p['id']}.jsonl"))
+        m = from_launch(read_metrics(os.path.join(out, f"{p['id']}.jsonl")), launched)
         done = next((r for r in reversed(m) if r.get("event") == "done"), None)
         evals = [r for r in m if r.get("event") == "eval"]
-        hit = next((r["t"] for r in evals if r.get("test_acc", 0) >= target), None)
+        hit = next((r["t"] for r in evals if (r.get("test_acc") or 0) >= target), None)
         peers.append({
             "id": p["id"], "class": p["class"], "bandwidth": p["bandwidth"], "cpu": p["cpu"],
             "done": done is not None,
@@ -328,13 +346,76 @@ def summarize(plan, out, launched, ended, target):
     return {"scenario": plan["scenario"], "target": target, "wall_s": ended - launched, "peers": peers}
 
 
+def parse_flags(flags):
+    """rumor-peer's flags as the plan gives them (--key value, or --key alone) into a dict."""
+    out, i = {}, 0
+    while i < len(flags):
+        key = flags[i]
+        if not key.startswith("--"):
+            raise ValueError(f"unexpected argument {key!r} in the scenario's peer flags")
+        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            out[key], i = flags[i + 1], i + 2
+        else:
+            out[key], i = None, i + 1
+    return out
+
+
+# rumor-peer's flag -> examples/torch_quickstart.py --worker's flag of the same meaning
+TORCH_WORKER_FLAGS = ("--epochs", "--steps", "--batch", "--lr", "--lr-schedule", "--decay-fraction", "--local-steps",
+                      "--staleness", "--codec", "--mix-weight", "--settle", "--settle-max", "--seed", "--data",
+                      "--min-peers", "--eval-every", "--swarm-epochs", "--outer-lr", "--outer-momentum")
+# rumor-peer's defaults where the worker's differ (the plan lists only what a scenario changes)
+TORCH_WORKER_DEFAULTS = {"--lr": "0.001", "--lr-schedule": "constant", "--mix-weight": "uniform", "--settle": "3",
+                         "--settle-max": "60", "--local-steps": "1", "--codec": "none", "--staleness": "inf"}
+
+
+def torch_model_of(flags, torch_model):
+    """The torch model both the Python peers and the DDP ranks train: `cnn` (the torch
+    quickstart's two-conv CNN with batch norm), or the scenario's own `mlp:256,128` as `mlp`."""
+    if torch_model == "cnn":
+        return "cnn"
+    model = flags.get("--model", "mlp:256,128")
+    if model != "mlp:256,128":
+        raise SystemExit(f"run.sh: the torch peers build mlp:256,128 (as `mlp`) or the quickstart's CNN "
+                         f"(--torch-model cnn), not the scenario's {model}")
+    return "mlp"
+
+
+def torch_worker_argv(script, flags, torch_model, metrics, join):
+    """examples/torch_quickstart.py --worker with the scenario's recipe and loop knobs: one
+    Rumor Python peer (rumor.torch.GossipOptimizer) training the same torch model as DDP's
+    ranks, p0 evaluating during training as DDP's rank 0 does, every peer at the end."""
+    f = parse_flags(flags)
+    for key, allowed in (("--optimizer", "adam"), ("--partition", "iid")):
+        if f.get(key, allowed) != allowed:
+            raise SystemExit(f"run.sh: --peer-cmd python trains with {key} {allowed} only (the scenario has "
+                             f"{f[key]}); use --peer-cmd native")
+    other = sorted(set(f) - set(TORCH_WORKER_FLAGS) - {"--optimizer", "--partition", "--model", "--shard"})
+    if other:
+        raise SystemExit(f"run.sh: --peer-cmd python has no equivalent of {', '.join(other)} (examples/"
+                         "torch_quickstart.py --worker); use --peer-cmd native")
+    if "--epochs" in f and float(f["--epochs"]) != int(float(f["--epochs"])):
+        raise SystemExit(f"run.sh: --peer-cmd python trains whole epochs (the scenario has {f['--epochs']}); "
+                         "set workload.steps instead")
+    if "--epochs" in f:
+        f["--epochs"] = str(int(float(f["--epochs"])))
+    k, n = f["--shard"].split("/")
+    argv = ["/usr/bin/python3", script, "--worker", "--shard", k, "--peers", n,
+            "--model", torch_model_of(f, torch_model), "--metrics", metrics, "--eval-peers", "1"]
+    for key in TORCH_WORKER_FLAGS:
+        value = f.get(key, TORCH_WORKER_DEFAULTS.get(key))
+        if value is not None:
+            argv += [key, value]
+    if join:
+        argv += ["--join", join]
+    return argv
+
+
 def run_scenario(args):
     plan = load_plan(args.rumor_sim, args.scenario, args.set)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)
-    if args.peer_cmd == "python":
-        raise SystemExit("run.sh: --peer-cmd python is not built yet (docs/testbed.md, TODO): native or ddp")
     n = len(plan["peers"])
     if n > 200:
         raise SystemExit("run.sh: at most 200 peers fit the /24")
@@ -349,17 +430,26 @@ def run_scenario(args):
         launched = time.time()
         for k, p in enumerate(plan["peers"]):
             metrics = os.path.join(args.out, f"{p['id']}.jsonl")
+            env = None
             if args.peer_cmd == "ddp":
                 # One torch DDP rank per namespace, the scenario's model and recipe (its flags).
                 argv = ["/usr/bin/python3", args.ddp_script, "--ddp", args.ddp, "--rank", str(k), "--world", str(n),
-                        "--master", seed, "--metrics", metrics] + p["flags"]
+                        "--master", seed, "--metrics", metrics,
+                        "--torch-model", torch_model_of(parse_flags(p["flags"]), args.torch_model)] + p["flags"]
+            elif args.peer_cmd == "python":
+                # Rumor's Python peers: the same torch model and recipe as the DDP ranks.
+                argv = torch_worker_argv(args.torch_script, p["flags"], args.torch_model, metrics,
+                                         seed if k > 0 else None)
+                env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1",
+                           RUMOR_LISTEN=f"{tb.addr(k)}:{args.port}", RUMOR_NAME=p["id"])
+                env.pop("RUMOR_JOIN", None)
             else:
                 argv = [args.rumor_peer, "--listen", f"{tb.addr(k)}:{args.port}", "--name", p["id"],
                         "--metrics", metrics] + p["flags"]
                 if k > 0:
                     argv += ["--join", seed]
             log = open(os.path.join(args.out, f"{p['id']}.log"), "w")
-            procs.append(tb.start(k, argv, stdout=log, stderr=log))
+            procs.append(tb.start(k, argv, stdout=log, stderr=log, env=env))
         timers = []
         for k, p in enumerate(plan["peers"]):
             for ch in p["bandwidth_changes"]:
@@ -415,14 +505,18 @@ def main(argv=None):
                     f"exits {SKIP} with the reason where they are missing.",
         epilog="Scenario keys it uses: [class.NAME] count, bandwidth, cpu (share of one core), bandwidth_change "
                "(RATE@T, applied with tc class change); the peers' flags come from `rumor-sim SCENARIO "
-               "--peer-flags`. Outputs in --out: plan.json, pK.log, pK.jsonl (metrics), summary.json. "
-               "Not built yet (TODO, docs/testbed.md): --peer-cmd python (rumor.torch peers).")
+               "--peer-flags`. Outputs in --out: plan.json, pK.log, pK.jsonl (metrics), summary.json; its "
+               "times are seconds from launch.")
     ap.add_argument("scenario", nargs="?", help="a rumor-sim scenario file (examples/testbed/S0.ini ...)")
     ap.add_argument("--out", default=os.path.join(root, "out", "testbed"), help="output directory (default out/testbed)")
     ap.add_argument("--peer-cmd", choices=["native", "python", "ddp"], default="native",
-                    help="what runs in each namespace: native rumor-peer, or a torch DDP rank (gloo, "
-                         "bench/testbed_ddp.py, the scenario's model and recipe); python (rumor.torch peers): "
-                         "not built yet")
+                    help="what runs in each namespace: native rumor-peer; python: a Rumor Python peer "
+                         "(examples/torch_quickstart.py --worker: rumor.torch.GossipOptimizer, the scenario's "
+                         "recipe and loop knobs); ddp: a torch DDP rank (gloo, bench/testbed_ddp.py, the same "
+                         "torch model and recipe)")
+    ap.add_argument("--torch-model", choices=["scenario", "cnn"], default="scenario",
+                    help="--peer-cmd python and ddp: the scenario's mlp:256,128 as torch layers, or the torch "
+                         "quickstart's CNN (two conv layers with batch norm, ~207k parameters; 0.88+ in 3 epochs)")
     ap.add_argument("--ddp", choices=["plain", "powersgd", "postlocal"], default="plain",
                     help="--peer-cmd ddp: plain DDP, the PowerSGD hook, or post-local SGD with period 8")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -442,6 +536,8 @@ def main(argv=None):
     args.rumor_sim = os.path.join(args.build, "sim", "rumor-sim")
     args.rumor_peer = os.path.join(args.build, "peer", "rumor-peer")
     args.ddp_script = os.path.join(root, "bench", "testbed_ddp.py")
+    args.torch_script = os.path.join(root, "examples", "torch_quickstart.py")
+    args.python_path = os.path.join(args.build, "python")
     if args.cleanup:
         cleanup(args.cleanup)
         left = leftovers(args.cleanup)
@@ -459,6 +555,9 @@ def main(argv=None):
     for b in (args.rumor_sim, args.rumor_peer):
         if not os.access(b, os.X_OK):
             ap.error(f"{b} not found: build first (cmake --build {args.build})")
+    if args.peer_cmd == "python" and not os.path.isdir(os.path.join(args.python_path, "rumor")):
+        ap.error(f"{args.python_path}/rumor not found: build the Python module first "
+                 f"(cmake --build {args.build} --target rumor_python)")
     try:
         return run_scenario(args)
     except KeyboardInterrupt as e:

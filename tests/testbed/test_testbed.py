@@ -10,6 +10,10 @@
   test_testbed.py swarm BUILD     a 2-peer rumor-peer swarm from a scenario file trains across
                                   namespaces through run.sh and leaves no namespace, link or
                                   cgroup; a run stopped by SIGTERM mid-training leaves nothing.
+  test_testbed.py python BUILD    2 Rumor Python peers (run.sh --peer-cmd python: rumor.torch on
+                                  Fashion-MNIST, the scenario's recipe) train across namespaces,
+                                  exchange over the shaped link, and leave nothing behind; the
+                                  summary's times are from launch (torch's import included).
 
 Exit 77 (ctest's SKIP_RETURN_CODE) with the reason where a testbed cannot be built here.
 """
@@ -195,15 +199,90 @@ def swarm(build):
     print("PASS")
 
 
+PY_SCENARIO = """# tests/testbed/test_testbed.py python: two Rumor Python peers, 100 Mbit, 0.6 of a core each
+[run]
+seed = 2
+peers = 2
+min_peers = 2
+settle = 1
+[workload]
+data = /usr/share/datasets/fashion-mnist
+model = mlp:256,128
+steps = 150
+[output]
+eval_every = 75
+[gossip]
+local_steps = 4
+codec = fp16
+[class.peer]
+count = 2
+bandwidth = 100Mbit
+cpu = 0.6
+"""
+
+
+def python(build):
+    if not os.path.isdir(os.path.join(build, "python", "rumor")):
+        print(f"SKIPPED: the Python module is not built ({build}/python/rumor)")
+        sys.exit(T.SKIP)
+    r = subprocess.run(["/usr/bin/python3", "-c", "import torch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        print("SKIPPED: no torch for /usr/bin/python3 (apt-get install python3-torch)")
+        sys.exit(T.SKIP)
+    if not os.path.exists("/usr/share/datasets/fashion-mnist"):
+        print("SKIPPED: no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
+        sys.exit(T.SKIP)
+    before = root_links()
+    run_sh = os.path.join(ROOT, "examples", "testbed", "run.sh")
+    with tempfile.TemporaryDirectory() as d:
+        scn = os.path.join(d, "two.ini")
+        with open(scn, "w") as f:
+            f.write(PY_SCENARIO)
+        prefix = f"rtb-py-{os.getpid()}"
+        out = os.path.join(d, "out")
+        t0 = time.time()
+        r = subprocess.run([run_sh, scn, "--out", out, "--build", build, "--prefix", prefix, "--timeout", "100",
+                            "--peer-cmd", "python", "--target", "0.7"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=150)
+        print(r.stdout)
+        print(f"run.sh took {time.time() - t0:.1f} s")
+        for k in range(2):
+            print(f"--- p{k}.log (end)\n" + open(os.path.join(out, f"p{k}.log")).read()[-1500:])
+        if r.returncode != 0:
+            fail(f"run.sh --peer-cmd python exited {r.returncode}")
+        check_nothing_left(prefix, before)
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        model_bytes = 235146 * 2  # one fp16 snapshot of mlp:256,128
+        for p in summary["peers"]:
+            if not p["done"] or p["steps"] != 150:
+                fail(f"{p['id']} did not finish its 150 steps: done {p['done']}, steps {p['steps']}")
+            if not p["bytes_sent"] or p["bytes_sent"] < 4 * model_bytes:
+                fail(f"{p['id']} sent {p['bytes_sent']} bytes: fewer than 4 fp16 snapshots crossed the namespaces")
+            if p["test_acc"] is None or p["test_acc"] < 0.7:
+                fail(f"{p['id']} ended at accuracy {p['test_acc']}: it did not train")
+        # p0 evaluated during training (as DDP's rank 0), p1 only at the end; the times are from
+        # launch, so p0's first evaluation comes after torch's import and the data's loading
+        evals = summary["peers"][0]["evals"]
+        if len(evals) < 3:
+            fail(f"p0 evaluated {len(evals)} times: expected at the start, at step 75 and at the end")
+        if not 0.5 < evals[0][0] < summary["wall_s"]:
+            fail(f"p0's first evaluation at {evals[0][0]} s from launch: not after the start of the process")
+        for k in range(2):
+            log = open(os.path.join(out, f"p{k}.log")).read()
+            if f"listening on 10.213.7.{10 + k}:7000" not in log:
+                fail(f"p{k}.log does not show it listening on 10.213.7.{10 + k}:7000")
+    print("PASS")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("shaping", "cpu", "swarm"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("shaping", "cpu", "swarm", "python"):
         print(__doc__)
         return 2
     why = T.Testbed.refusal()
     if why:
         print(f"SKIPPED: cannot build a testbed here: {why}")
         return T.SKIP
-    {"shaping": shaping, "cpu": cpu, "swarm": swarm}[sys.argv[1]](os.path.abspath(sys.argv[2]))
+    {"shaping": shaping, "cpu": cpu, "swarm": swarm, "python": python}[sys.argv[1]](os.path.abspath(sys.argv[2]))
     return 0
 
 
