@@ -103,8 +103,8 @@ def main():
     host, port = args.master.rsplit(":", 1)
     dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=args.rank, world_size=args.world)
     torch.manual_seed(args.seed)
-    if cnn:
-        model = DDP(make_model("cnn"))
+    if args.torch_model != "scenario":  # the Python peers' own model (examples/torch_quickstart.py)
+        model = DDP(make_model(args.torch_model))
     else:
         widths = [int(w) for w in args.model[4:].split(",")]
         layers, prev = [], 784

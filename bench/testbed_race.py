@@ -65,10 +65,11 @@ def first_at(points, target):
 
 
 def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets=(), python=False,
-               torch_model="scenario"):
-    """One testbed run into `out` (rerun False: read the run already there, --sim-only); `sets`:
-    scenario keys overridden (run.sh --set); ddp: a DDP form; python: Rumor's Python peers."""
-    if rerun and RESUME and os.path.exists(os.path.join(out, "summary.json")):
+               torch_model="scenario", resume=False):
+    """One testbed run into `out` (rerun False: read the run already there, --sim-only; resume:
+    the same where it has a summary.json); `sets`: scenario keys overridden (run.sh --set); ddp: a
+    DDP form; python: Rumor's Python peers."""
+    if rerun and resume and os.path.exists(os.path.join(out, "summary.json")):
         rerun = False  # --resume: this run finished before the race was interrupted
     if rerun:
         cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--out", out, "--build", build,
@@ -113,9 +114,6 @@ def local_steps_seen(out):
         if e.get("event") == "eval" and "local_steps" in e:
             hs.append(e["local_steps"])
     return (min(hs), max(hs)) if hs else None
-
-
-RESUME = False  # --resume
 
 
 def torch_calibrate(build, out, model):
@@ -366,8 +364,6 @@ def main():
         variants.append((f"Rumor native, {label}", "-" + re.sub(r"[^A-Za-z0-9]+", "_", label), sets.split(",")))
     os.makedirs(args.out, exist_ok=True)
     args.sim_only = args.sim_only or args.tables_only
-    global RESUME
-    RESUME = args.resume
     if args.sim_only or (args.resume and os.path.exists(os.path.join(args.out, "calibration.ini"))):
         calib = args.calibration or os.path.join(args.out, "calibration.ini")
         keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
@@ -401,7 +397,7 @@ def main():
                 t0 = time.time()
                 real, sim = runs[label]
                 real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{tag}{k}"), args.target,
-                                       args.timeout, rerun=not args.sim_only, sets=args.set + sets))
+                                       args.timeout, rerun=not args.sim_only, sets=args.set + sets, resume=args.resume))
                 sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{tag}{k}"), args.target,
                                      1 + k, rerun=not args.tables_only, sets=args.set + sets))
                 print(f"testbed_race: {name} {label} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} "
@@ -414,7 +410,7 @@ def main():
             for k in range(args.python_rounds):
                 t0 = time.time()
                 preal.append(real_round(args.build, scn, os.path.join(args.out, name, f"python{k}"), args.target,
-                                        args.timeout, rerun=not args.sim_only, python=True,
+                                        args.timeout, rerun=not args.sim_only, resume=args.resume, python=True,
                                         torch_model=args.torch_model, sets=args.set))
                 # rumor-sim has the scenario's MLP, not the torch CNN (batch norm): no prediction of that
                 if torch_model == "mlp":
@@ -432,9 +428,9 @@ def main():
             for k in range(args.ddp_rounds):
                 t0 = time.time()
                 dreal.append(real_round(args.build, scn, os.path.join(args.out, name, f"ddp-{form}{k}"), args.target,
-                                        args.timeout, ddp=form, rerun=not args.sim_only,
+                                        args.timeout, ddp=form, rerun=not args.sim_only, resume=args.resume,
                                         torch_model=args.torch_model, sets=args.set))
-                if form == "plain" and args.torch_model == "scenario":
+                if form == "plain" and torch_model == "mlp":
                     dsim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-allreduce{k}"),
                                           args.target, 1 + k, allreduce=True, rerun=not args.tables_only,
                                           sets=[kv for kv in args.set if not kv.startswith("gossip.")],

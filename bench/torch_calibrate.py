@@ -34,7 +34,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CGROUP_CPU = "/sys/fs/cgroup/cpu"
+sys.path.insert(0, os.path.join(ROOT, "examples", "testbed"))
+import testbed as T  # noqa: E402  (its cgroup helpers)
 
 
 def child(a):
@@ -99,10 +100,10 @@ def main():
         ap.error("--procs must be at least 1")
     group = None
     if a.cpu > 0:
-        if os.geteuid() != 0 or not os.path.isfile(os.path.join(CGROUP_CPU, "cpu.cfs_quota_us")):
-            sys.exit(f"torch_calibrate: --cpu {a.cpu} needs root and the cgroup v1 cpu controller at {CGROUP_CPU} "
+        if os.geteuid() != 0 or not os.path.isfile(os.path.join(T.CGROUP_CPU, "cpu.cfs_quota_us")):
+            sys.exit(f"torch_calibrate: --cpu {a.cpu} needs root and the cgroup v1 cpu controller at {T.CGROUP_CPU} "
                      "(or --cpu 0: uncapped)")
-        group = os.path.join(CGROUP_CPU, f"rtb-cal-{os.getpid()}")
+        group = os.path.join(T.CGROUP_CPU, f"rtb-cal-{os.getpid()}")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     argv = ["/usr/bin/python3", os.path.abspath(__file__), "--child", "--model", a.model, "--data", a.data,
             "--steps", str(a.steps), "--batch", str(a.batch)]
@@ -112,16 +113,9 @@ def main():
             enter = None
             if group:
                 g = os.path.join(group, f"p{k}")
-                os.makedirs(g, exist_ok=True)
+                T.make_cpu_group(g, a.cpu, a.period_us)
                 groups.append(g)
-                with open(os.path.join(g, "cpu.cfs_period_us"), "w") as f:
-                    f.write(str(a.period_us))
-                with open(os.path.join(g, "cpu.cfs_quota_us"), "w") as f:
-                    f.write(str(max(1000, int(round(a.cpu * a.period_us)))))
-
-                def enter(path=os.path.join(g, "cgroup.procs")):
-                    with open(path, "w") as f:
-                        f.write(str(os.getpid()))
+                enter = T.joiner(g)
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=enter))
         results = []
         for p in procs:
@@ -134,15 +128,7 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for g in groups + ([group] if group else []):
-            for _ in range(50):
-                try:
-                    os.rmdir(g)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        T.remove_groups(groups + ([group] if group else []))
     step = statistics.median(statistics.median(r["steps"]) for r in results)
     sd = statistics.median(statistics.pstdev([math.log(max(t, 1e-9)) for t in r["steps"]]) for r in results)
     ev = statistics.median(r["eval"] for r in results)

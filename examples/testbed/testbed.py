@@ -151,13 +151,7 @@ class Testbed:
             sh("tc", "-n", where, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
                "rate", tc_rate(bandwidth), "ceil", tc_rate(bandwidth),
                "burst", tc_burst(bandwidth), "cburst", tc_burst(bandwidth))
-        cg = self.cgroup(k)
-        os.makedirs(cg, exist_ok=True)
-        with open(os.path.join(cg, "cpu.cfs_period_us"), "w") as f:
-            f.write(str(period_us))
-        quota = -1 if not cpu else max(1000, int(round(cpu * period_us)))
-        with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(quota))
+        make_cpu_group(self.cgroup(k), cpu, period_us)
 
     def set_bandwidth(self, k, bandwidth):
         """`tc class change` both ends of peer k's link (a mid-run change)."""
@@ -169,15 +163,8 @@ class Testbed:
     def start(self, k, argv, stdout=None, stderr=None, env=None):
         """Start argv in peer k's namespace and cgroup. The child joins the cgroup before it
         execs nsenter, so the command never runs uncapped."""
-        procs_file = os.path.join(self.cgroup(k), "cgroup.procs")
-
-        def enter():
-            os.setsid()
-            with open(procs_file, "w") as f:
-                f.write(str(os.getpid()))
-
         p = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ns(k)}", "--"] + list(argv),
-                             stdout=stdout, stderr=stderr, env=env, preexec_fn=enter)
+                             stdout=stdout, stderr=stderr, env=env, preexec_fn=joiner(self.cgroup(k), setsid=True))
         with self._lock:
             self.procs.append(p)
         return p
@@ -267,7 +254,36 @@ def cleanup(prefix):
                 except (ProcessLookupError, ValueError):
                     pass
             sh("ip", "netns", "del", name, check=False)
-    for g in groups + ([base] if os.path.isdir(base) else []):
+    remove_groups(groups + ([base] if os.path.isdir(base) else []))
+
+
+def make_cpu_group(path, cpu, period_us):
+    """A cgroup v1 `cpu` group at `path` with cfs_quota = cpu x period (cpu 0 or None: no cap)."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
+        f.write(str(int(period_us)))
+    quota = -1 if not cpu else max(1000, int(round(cpu * period_us)))
+    with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+        f.write(str(quota))
+
+
+def joiner(group, setsid=False):
+    """A Popen preexec_fn that moves the child into cgroup `group` before it execs (so it never
+    runs uncapped), in a session of its own with `setsid`."""
+    procs_file = os.path.join(group, "cgroup.procs")
+
+    def enter():
+        if setsid:
+            os.setsid()
+        with open(procs_file, "w") as f:
+            f.write(str(os.getpid()))
+
+    return enter
+
+
+def remove_groups(groups):
+    """rmdir the cgroups, children before parents, waiting up to 5 s for a last task to exit."""
+    for g in groups:
         for _ in range(50):
             try:
                 os.rmdir(g)

@@ -67,27 +67,35 @@ namespace {
 // exchange every 4 steps. The swarm's optimum is the targets' mean. Returns the largest
 // distance of a peer's model to it after `seconds`, and sets `spread` to the largest distance
 // between two peers.
+constexpr std::size_t kSwarmParams = 8;
+constexpr int kSwarmPeers = 6;
+
+// The swarm's peers p0..p5 joined through p0, each pulled to its own target (`target`, which
+// must outlive the cluster's runs), training begun (outer momentum's anchors taken).
+void build_quadratic_swarm(Cluster& c, const OuterConfig& outer, std::map<PeerId, std::vector<float>>& target) {
+  c.cfg.local_steps = 4;
+  c.cfg.outer = outer;
+  for (int i = 0; i < kSwarmPeers; ++i) target["p" + std::to_string(i)] = random_params(kSwarmParams, 500 + i);
+  c.local_step = [&target](Node& node) {
+    const auto& t = target[node.env.self];
+    for (std::size_t k = 0; k < kSwarmParams; ++k) node.params[k] -= 0.002f * (node.params[k] - t[k]);
+  };
+  for (int i = 0; i < kSwarmPeers; ++i)
+    c.add("p" + std::to_string(i), std::vector<float>(kSwarmParams, 0.0f),
+          i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}, 40 + i);
+  for (auto& [id, node] : c.nodes) node->g->begin_outer();
+}
+
 double quadratic_swarm(const OuterConfig& outer, double seconds, double* spread, std::uint64_t* outer_steps,
                        double* settled_spread) {
   Cluster c;
-  c.cfg.local_steps = 4;
-  c.cfg.outer = outer;
-  const std::size_t P = 8;
-  const int n = 6;
+  const std::size_t P = kSwarmParams;
+  const int n = kSwarmPeers;
   std::map<PeerId, std::vector<float>> target;
+  build_quadratic_swarm(c, outer, target);
   std::vector<double> mean(P, 0.0);
-  for (int i = 0; i < n; ++i) {
-    const PeerId id = "p" + std::to_string(i);
-    target[id] = random_params(P, 500 + i);
-    for (std::size_t k = 0; k < P; ++k) mean[k] += target[id][k] / n;
-  }
-  c.local_step = [&](Node& node) {
-    const auto& t = target[node.env.self];
-    for (std::size_t k = 0; k < P; ++k) node.params[k] -= 0.002f * (node.params[k] - t[k]);
-  };
-  for (int i = 0; i < n; ++i)
-    c.add("p" + std::to_string(i), std::vector<float>(P, 0.0f), i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}, 40 + i);
-  for (auto& [id, node] : c.nodes) node->g->begin_outer();
+  for (const auto& [id, t] : target)
+    for (std::size_t k = 0; k < P; ++k) mean[k] += t[k] / n;
   c.run(seconds);
   double worst = 0, far = 0;
   *outer_steps = 0;
@@ -145,19 +153,10 @@ namespace {
 // between two peers at the end.
 double mean_drift_while_mixing(int end, std::uint64_t* steps_while_mixing, double* spread) {
   Cluster c;
-  c.cfg.local_steps = 4;
-  c.cfg.outer = OuterConfig{0.7, 0.9, true};
-  const std::size_t P = 8;
-  const int n = 6;
+  const std::size_t P = kSwarmParams;
+  const int n = kSwarmPeers;
   std::map<PeerId, std::vector<float>> target;
-  for (int i = 0; i < n; ++i) target["p" + std::to_string(i)] = random_params(P, 500 + i);
-  c.local_step = [&](Node& node) {
-    const auto& t = target[node.env.self];
-    for (std::size_t k = 0; k < P; ++k) node.params[k] -= 0.002f * (node.params[k] - t[k]);
-  };
-  for (int i = 0; i < n; ++i)
-    c.add("p" + std::to_string(i), std::vector<float>(P, 0.0f), i ? std::vector<PeerId>{"p0"} : std::vector<PeerId>{}, 40 + i);
-  for (auto& [id, node] : c.nodes) node->g->begin_outer();
+  build_quadratic_swarm(c, OuterConfig{0.7, 0.9, true}, target);
   const double seconds = 0.5;
   c.run(seconds);
   c.stepping = false;

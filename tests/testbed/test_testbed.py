@@ -145,21 +145,30 @@ cpu = 0.5
 """
 
 
+RUN_SH = os.path.join(ROOT, "examples", "testbed", "run.sh")
+
+
+def run_scenario_text(d, text, build, prefix, timeout, *more):
+    """Write `text` as d/two.ini and run run.sh on it into d/out under `prefix`, with --timeout
+    `timeout` and the flags `more`; prints its output. Returns (the completed run, the scenario
+    file, the output folder)."""
+    scn = os.path.join(d, "two.ini")
+    with open(scn, "w") as f:
+        f.write(text)
+    out = os.path.join(d, "out")
+    t0 = time.time()
+    r = subprocess.run([RUN_SH, scn, "--out", out, "--build", build, "--prefix", prefix, "--timeout", str(timeout)]
+                       + list(more), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout + 60)
+    print(r.stdout)
+    print(f"run.sh took {time.time() - t0:.1f} s")
+    return r, scn, out
+
+
 def swarm(build):
     before = root_links()
-    run_sh = os.path.join(ROOT, "examples", "testbed", "run.sh")
     with tempfile.TemporaryDirectory() as d:
-        scn = os.path.join(d, "two.ini")
-        with open(scn, "w") as f:
-            f.write(SCENARIO)
         prefix = f"rtb-swarm-{os.getpid()}"
-        out = os.path.join(d, "out")
-        t0 = time.time()
-        r = subprocess.run([run_sh, scn, "--out", out, "--build", build, "--prefix", prefix, "--timeout", "60",
-                            "--target", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
-        print(r.stdout)
-        print(f"run.sh took {time.time() - t0:.1f} s")
+        r, scn, out = run_scenario_text(d, SCENARIO, build, prefix, 60, "--target", "0.5")
         if r.returncode != 0:
             fail(f"run.sh exited {r.returncode}")
         check_nothing_left(prefix, before)
@@ -178,7 +187,7 @@ def swarm(build):
                 fail(f"p{k}.log does not show it listening on 10.213.7.{10 + k}:7000")
         # A run stopped by SIGTERM mid-way tears down too.
         prefix2 = f"rtb-stop-{os.getpid()}"
-        p = subprocess.Popen([run_sh, scn, "--out", os.path.join(d, "out2"), "--build", build, "--prefix", prefix2,
+        p = subprocess.Popen([RUN_SH, scn, "--out", os.path.join(d, "out2"), "--build", build, "--prefix", prefix2,
                               "--timeout", "60", "--set", "workload.epochs=100000"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 30
@@ -233,19 +242,9 @@ def python(build):
         print("SKIPPED: no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
         sys.exit(T.SKIP)
     before = root_links()
-    run_sh = os.path.join(ROOT, "examples", "testbed", "run.sh")
     with tempfile.TemporaryDirectory() as d:
-        scn = os.path.join(d, "two.ini")
-        with open(scn, "w") as f:
-            f.write(PY_SCENARIO)
         prefix = f"rtb-py-{os.getpid()}"
-        out = os.path.join(d, "out")
-        t0 = time.time()
-        r = subprocess.run([run_sh, scn, "--out", out, "--build", build, "--prefix", prefix, "--timeout", "100",
-                            "--peer-cmd", "python", "--target", "0.7"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=150)
-        print(r.stdout)
-        print(f"run.sh took {time.time() - t0:.1f} s")
+        r, _scn, out = run_scenario_text(d, PY_SCENARIO, build, prefix, 100, "--peer-cmd", "python", "--target", "0.7")
         for k in range(2):
             print(f"--- p{k}.log (end)\n" + open(os.path.join(out, f"p{k}.log")).read()[-1500:])
         if r.returncode != 0:
