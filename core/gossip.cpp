@@ -336,9 +336,9 @@ bool Gossip::on_idle(bool exchange, Partners partners) {
   // exchange with them is under way.
   if (std::isfinite(cfg_.staleness) && !may_step()) {
     const std::uint64_t slowest = slowest_clock();
-    for (const auto& [id, m] : view_.members())
+    for (const Member& m : view_.members())
       if (m.d.state == MemberState::Alive && !m.d.done && m.d.clock == slowest)
-        env_.send(id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest(), {}}));
+        env_.send(m.d.id, make_message(MsgType::Ping, PingMsg{++ping_seq_, digest(), {}}));
   }
   return started;
 }
@@ -502,8 +502,8 @@ void Gossip::on_timer(std::uint64_t id) {
         if (leave_attempts_ < 2) {
           // Nobody took the model yet: one more member, then give up.
           std::vector<PeerId> others;
-          for (const auto& [id, m] : view_.members())
-            if (m.d.state == MemberState::Alive && id != leave_target_) others.push_back(id);
+          for (const Member& m : view_.members())
+            if (m.d.state == MemberState::Alive && m.d.id != leave_target_) others.push_back(m.d.id);
           if (!others.empty()) {
             send_leave(others[env_.rng().below(others.size())]);
             break;
@@ -526,9 +526,9 @@ void Gossip::on_timer(std::uint64_t id) {
       break;
     case kSuspectCheck: {
       std::vector<PeerId> expired;
-      for (const auto& [pid, m] : view_.members())
+      for (const Member& m : view_.members())
         if (!cfg_.test_keep_dead && m.d.state == MemberState::Suspect && now - m.suspect_since >= cfg_.suspect_timeout_s - 1e-9)
-          expired.push_back(pid);
+          expired.push_back(m.d.id);
       for (const auto& pid : expired)
         if (auto c = view_.set_state(pid, MemberState::Dead, now)) report_change(*c);
       break;

@@ -36,7 +36,7 @@ void Gossip::probe() {
     for (const auto& id : overlay_->active())
       if (const Member* m = view_.find(id)) consider(*m);
   } else {
-    for (const auto& [id, m] : view_.members()) consider(m);
+    for (const Member& m : view_.members()) consider(m);
   }
   if (!target) return;
   probe_ = Probe{++ping_seq_, target->d.id, now};
@@ -54,8 +54,8 @@ void Gossip::probe() {
 void Gossip::ping_dead() {
   std::vector<PeerId> targets;
   if (view_.dead_count() > 0)
-    for (const auto& [id, m] : view_.members())
-      if (m.d.state == MemberState::Dead) targets.push_back(id);
+    for (const Member& m : view_.members())
+      if (m.d.state == MemberState::Dead) targets.push_back(m.d.id);
   for (const PeerId& s : seeds_)
     if (s != view_.self().id && !view_.find(s)) targets.push_back(s);
   if (targets.empty()) return;
@@ -87,9 +87,9 @@ void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
   if (kind == kProbeTimeout) {
     // Ask a few others to ping it for us: a slow link between us is not a dead peer.
     std::vector<PeerId> helpers;
-    for (const auto& [id, mm] : view_.members())
-      if (mm.d.state == MemberState::Alive && id != probe_->target && (!overlay_ || overlay_->in_active(id)))
-        helpers.push_back(id);
+    for (const Member& mm : view_.members())
+      if (mm.d.state == MemberState::Alive && mm.d.id != probe_->target && (!overlay_ || overlay_->in_active(mm.d.id)))
+        helpers.push_back(mm.d.id);
     for (std::size_t i = 0; i < cfg_.indirect_probes && !helpers.empty(); ++i) {
       const std::size_t j = env_.rng().below(helpers.size());
       env_.send(helpers[j], make_message(PingReqMsg{probe_->seq, probe_->target, digest()}));
@@ -159,10 +159,10 @@ void Gossip::on_state_timeout(std::uint64_t tag) {
     return;
   }
   std::vector<PeerId> others;
-  for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Alive && id != failed &&
-        (!overlay_ || overlay_->ready.count(id) || overlay_->ready.empty()))  // partial views: one with a model
-      others.push_back(id);
+  for (const Member& m : view_.members())
+    if (m.d.state == MemberState::Alive && m.d.id != failed &&
+        (!overlay_ || overlay_->ready.count(m.d.id) || overlay_->ready.empty()))  // partial views: one with a model
+      others.push_back(m.d.id);
   start_state_transfer(others.empty() ? failed : others[env_.rng().below(others.size())]);
 }
 
@@ -291,8 +291,8 @@ void Gossip::leave(bool handover) {
   leaving_ = true;
   view_.self().state = MemberState::Left;
   std::vector<PeerId> alive;
-  for (const auto& [id, m] : view_.members())
-    if (m.d.state == MemberState::Alive) alive.push_back(id);
+  for (const Member& m : view_.members())
+    if (m.d.state == MemberState::Alive) alive.push_back(m.d.id);
   if (alive.empty() || !state_ready_) {
     left_ = true;
     return;

@@ -192,8 +192,8 @@ void Gossip::overlay_trim() {
     overlay_->buried.erase(oldest);
   }
   std::vector<PeerId> drop;
-  for (const auto& [id, m] : view_.members())
-    if (!overlay_in_use(id, m)) drop.push_back(id);
+  for (const Member& m : view_.members())
+    if (!overlay_in_use(m.d.id, m)) drop.push_back(m.d.id);
   for (const auto& id : drop) view_.erase(id);
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/check.hpp"
 #include "core/rng.hpp"
 
 namespace rumor {
@@ -39,14 +40,15 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
 std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;
   if (!found) {
-    Member m;
-    m.d = d;
-    m.last_heard = now;
-    m.clock_seen = now;
-    if (d.state == MemberState::Suspect) m.suspect_since = now;
-    const Node node = members_.emplace(d.id, m).first;
-    Member& added = node->second;
-    index_insert(node, id_hash(d.id));
+    Member& added = *allocate();
+    added.d = d;
+    added.last_heard = now;
+    added.clock_seen = now;
+    if (d.state == MemberState::Suspect) added.suspect_since = now;
+    const auto pos = std::lower_bound(sorted_.begin(), sorted_.end(), d.id,
+                                      [](const Member* a, const PeerId& id) { return a->d.id < id; });
+    sorted_.insert(pos, &added);
+    index_insert(&added, id_hash(d.id));
     all_.push_back(&added);
     if (added.d.state == MemberState::Alive) {
       added.alive_pos = alive_.size();
@@ -124,8 +126,7 @@ void View::state_changed(Member& m, MemberState before) {
 bool View::erase(const PeerId& id) {
   const std::size_t slot = index_slot(id);
   if (slot == index_.size()) return false;
-  const Node it = index_[slot].node;
-  Member& m = it->second;
+  Member& m = *index_[slot].member;
   live_count_ -= m.live();
   live_trainers_ -= m.live_trainer();
   dead_count_ -= m.d.state == MemberState::Dead;
@@ -137,9 +138,38 @@ bool View::erase(const PeerId& id) {
   }
   // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
   all_.erase(std::find(all_.begin(), all_.end(), &m));
+  const auto pos = std::lower_bound(sorted_.begin(), sorted_.end(), m.d.id,
+                                    [](const Member* a, const PeerId& x) { return a->d.id < x; });
+  RUMOR_CHECK(pos != sorted_.end() && *pos == &m);
+  sorted_.erase(pos);
   index_erase_at(slot);
-  members_.erase(it);
+  release(&m);
   return true;
+}
+
+Member* View::allocate() {
+  if (!free_.empty()) {
+    Member* m = free_.back();
+    free_.pop_back();
+    return m;
+  }
+  if (last_chunk_used_ == last_chunk_size_) {
+    last_chunk_size_ = std::min<std::size_t>(std::size_t{8} << std::min<std::size_t>(chunks_.size(), 7), 1024);
+    chunks_.push_back(std::make_unique<Member[]>(last_chunk_size_));
+    last_chunk_used_ = 0;
+  }
+  return &chunks_.back()[last_chunk_used_++];
+}
+
+void View::release(Member* m) {
+  *m = Member{};
+  free_.push_back(m);
+}
+
+std::size_t View::Members::count(std::string_view id) const {
+  const auto pos = std::lower_bound(v_->begin(), v_->end(), id,
+                                    [](const Member* a, std::string_view x) { return a->d.id < x; });
+  return pos != v_->end() && (*pos)->d.id == id ? 1 : 0;
 }
 
 Member* View::find(const PeerId& id) { return index_find(id); }
@@ -151,7 +181,7 @@ std::size_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(
 
 Member* View::index_find(std::string_view id) const {
   const std::size_t i = index_slot(id);
-  return i == index_.size() ? nullptr : index_[i].member();
+  return i == index_.size() ? nullptr : index_[i].member;
 }
 
 std::size_t View::index_slot(std::string_view id) const {
@@ -159,23 +189,23 @@ std::size_t View::index_slot(std::string_view id) const {
   const std::size_t mask = index_.size() - 1, h = id_hash(id);
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const IndexSlot& s = index_[i];
-    if (!s.used) return index_.size();
-    if (s.hash == h && s.member()->d.id == id) return i;
+    if (!s.member) return index_.size();
+    if (s.hash == h && s.member->d.id == id) return i;
   }
 }
 
-void View::index_insert(Node node, std::size_t hash) {
+void View::index_insert(Member* m, std::size_t hash) {
   if (2 * (index_used_ + 1) > index_.size()) {
     std::vector<IndexSlot> old(std::max<std::size_t>(16, 2 * index_.size()));
     old.swap(index_);
     index_used_ = 0;
     for (const IndexSlot& s : old)
-      if (s.used) index_insert(s.node, s.hash);
+      if (s.member) index_insert(s.member, s.hash);
   }
   const std::size_t mask = index_.size() - 1;
   std::size_t i = hash & mask;
-  while (index_[i].used) i = (i + 1) & mask;
-  index_[i] = {hash, node, true};
+  while (index_[i].member) i = (i + 1) & mask;
+  index_[i] = {hash, m};
   ++index_used_;
 }
 
@@ -185,7 +215,7 @@ void View::index_erase_at(std::size_t i) {
   --index_used_;
   // Backward shift: move later entries of the probe run into the hole when their home slot
   // allows it, so lookups never need tombstones.
-  for (std::size_t j = (i + 1) & mask; index_[j].used; j = (j + 1) & mask) {
+  for (std::size_t j = (i + 1) & mask; index_[j].member; j = (j + 1) & mask) {
     const std::size_t k = index_[j].hash & mask;
     const bool movable = i <= j ? (k <= i || k > j) : (k <= i && k > j);
     if (movable) {
@@ -198,18 +228,18 @@ void View::index_erase_at(std::size_t i) {
 
 std::vector<PeerId> View::live_ids() const {
   std::vector<PeerId> out;
-  for (const auto& [id, m] : members_)
-    if (m.live()) out.push_back(id);
+  for (const Member* m : sorted_)
+    if (m->live()) out.push_back(m->d.id);
   return out;
 }
 
 std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   std::vector<MemberDigest> out;
-  out.reserve(std::min(limit, members_.size() + 1));
+  out.reserve(std::min(limit, sorted_.size() + 1));
   out.push_back(self_);
   if (limit <= 1) return out;
-  if (members_.size() + 1 <= limit) {
-    for (const auto& [id, m] : members_) out.push_back(m.d);
+  if (sorted_.size() + 1 <= limit) {
+    for (const Member* m : sorted_) out.push_back(m->d);
     return out;
   }
   // A uniform random subset of limit-1 members, without touching the other thousands: a

@@ -435,13 +435,13 @@ void Runtime::publish(bool force) {
     s.members_total = v.members().size() + 1;
     std::uint64_t slowest = s.clock, fastest = s.clock;
     bool any = false;
-    for (const auto& [id, m] : v.members()) {
+    for (const Member& m : v.members()) {
       if (m.d.state == MemberState::Alive) {
         slowest = any ? std::min(slowest, m.d.clock) : m.d.clock;
         any = true;
       }
       if (m.live()) fastest = std::max(fastest, m.d.clock);
-      if (s.members.size() < kMaxMemberRows) s.members.push_back({id, member_state_name(m.d.state), m.d.clock});
+      if (s.members.size() < kMaxMemberRows) s.members.push_back({m.d.id, member_state_name(m.d.state), m.d.clock});
     }
     s.slowest = slowest;
     s.fastest = fastest;

@@ -255,7 +255,7 @@ TEST_CASE("view: the Alive list and live count follow every merge and local deci
       v.merge(MemberDigest{id, rng.below(6), state, rng.below(100)}, op);
     if (op % 97 != 0) continue;
     std::size_t live = 0, alive = 0;
-    for (const auto& [mid, m] : v.members()) {
+    for (const Member& m : v.members()) {
       live += m.live();
       if (m.d.state == MemberState::Alive) {
         ++alive;
@@ -290,9 +290,9 @@ TEST_CASE("view: the Alive list and live count follow every merge and local deci
 }
 
 TEST_CASE("view: lookups by id agree with the members held through merges, state changes and erases") {
-  // View::find goes through a hash index beside the ordered map (core/view.hpp); erases shift
+  // View::find goes through a hash index beside the id-ordered list (core/view.hpp); erases shift
   // probe runs back. Random merges, erases and local decisions over 2,000 ids (the index grows
-  // and empties several times), checked after each against the map, and the dead count too.
+  // and empties several times), checked after each against the ordered list, and the dead count too.
   View v(MemberDigest{"self", 1, MemberState::Alive, 0});
   Rng rng(11);
   for (int op = 0; op < 60000; ++op) {
@@ -308,8 +308,11 @@ TEST_CASE("view: lookups by id agree with the members held through merges, state
     REQUIRE((v.find(id) != nullptr) == (v.members().count(id) == 1));
     if (op % 251 != 0) continue;
     std::size_t dead = 0;
-    for (const auto& [mid, m] : v.members()) {
-      REQUIRE(v.find(mid) == &m);
+    const Member* prev = nullptr;
+    for (const Member& m : v.members()) {
+      REQUIRE(v.find(m.d.id) == &m);
+      if (prev) REQUIRE(prev->d.id < m.d.id);  // in id order, each once: scans are deterministic
+      prev = &m;
       dead += m.d.state == MemberState::Dead;
     }
     REQUIRE(v.dead_count() == dead);
