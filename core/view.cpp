@@ -22,6 +22,13 @@ const char* member_state_name(MemberState s) {
 
 namespace {
 std::size_t id_hash(std::string_view id);
+// An id's first 8 bytes, big-endian, zero-padded (View::Ordered).
+std::uint64_t id_key(std::string_view id) {
+  std::uint64_t k = 0;
+  for (std::size_t i = 0; i < 8; ++i)
+    k = (k << 8) | (i < id.size() ? static_cast<unsigned char>(id[i]) : 0u);
+  return k;
+}
 int severity(MemberState s) {
   switch (s) {
     case MemberState::Alive: return 0;
@@ -45,9 +52,8 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now, Membe
     added.last_heard = now;
     added.clock_seen = now;
     if (d.state == MemberState::Suspect) added.suspect_since = now;
-    const auto pos = std::lower_bound(sorted_.begin(), sorted_.end(), d.id,
-                                      [](const Member* a, const PeerId& id) { return a->d.id < id; });
-    sorted_.insert(pos, &added);
+    const std::uint64_t key = id_key(d.id);
+    sorted_.insert(sorted_place(d.id, key), Ordered{key, &added});
     index_insert(&added, id_hash(d.id));
     all_.push_back(&added);
     if (added.d.state == MemberState::Alive) {
@@ -138,9 +144,8 @@ bool View::erase(const PeerId& id) {
   }
   // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
   all_.erase(std::find(all_.begin(), all_.end(), &m));
-  const auto pos = std::lower_bound(sorted_.begin(), sorted_.end(), m.d.id,
-                                    [](const Member* a, const PeerId& x) { return a->d.id < x; });
-  RUMOR_CHECK(pos != sorted_.end() && *pos == &m);
+  const auto pos = sorted_place(m.d.id, id_key(m.d.id));
+  RUMOR_CHECK(pos != sorted_.end() && pos->member == &m);
   sorted_.erase(pos);
   index_erase_at(slot);
   release(&m);
@@ -166,10 +171,17 @@ void View::release(Member* m) {
   free_.push_back(m);
 }
 
+std::vector<View::Ordered>::iterator View::sorted_place(std::string_view id, std::uint64_t key) {
+  return std::lower_bound(sorted_.begin(), sorted_.end(), key, [&](const Ordered& o, std::uint64_t k) {
+    return o.key != k ? o.key < k : std::string_view(o.member->d.id) < id;
+  });
+}
+
 std::size_t View::Members::count(std::string_view id) const {
+  // A plain search by the ids themselves (not the keys): tests check the list's order with it.
   const auto pos = std::lower_bound(v_->begin(), v_->end(), id,
-                                    [](const Member* a, std::string_view x) { return a->d.id < x; });
-  return pos != v_->end() && (*pos)->d.id == id ? 1 : 0;
+                                    [](const Ordered& o, std::string_view x) { return o.member->d.id < x; });
+  return pos != v_->end() && pos->member->d.id == id ? 1 : 0;
 }
 
 Member* View::find(const PeerId& id) { return index_find(id); }
@@ -228,8 +240,8 @@ void View::index_erase_at(std::size_t i) {
 
 std::vector<PeerId> View::live_ids() const {
   std::vector<PeerId> out;
-  for (const Member* m : sorted_)
-    if (m->live()) out.push_back(m->d.id);
+  for (const Ordered& o : sorted_)
+    if (o.member->live()) out.push_back(o.member->d.id);
   return out;
 }
 
@@ -239,7 +251,7 @@ std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   out.push_back(self_);
   if (limit <= 1) return out;
   if (sorted_.size() + 1 <= limit) {
-    for (const Member* m : sorted_) out.push_back(m->d);
+    for (const Ordered& o : sorted_) out.push_back(o.member->d);
     return out;
   }
   // A uniform random subset of limit-1 members, without touching the other thousands: a

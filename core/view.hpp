@@ -103,6 +103,15 @@ class View {
   Member* find(const PeerId& id);
   const Member* find(const PeerId& id) const;
 
+  // One entry of the id-ordered list: the id's first 8 bytes as a big-endian number (zeros
+  // after a shorter id) beside the member, so that finding a place in the list compares
+  // numbers and reads a member only when two ids share their first 8 bytes (the simulator's
+  // ids never do). Keys never contradict the ids' order: the first byte that differs decides
+  // both, and a shorter id reads as zeros past its end, which no byte is below.
+  struct Ordered {
+    std::uint64_t key = 0;
+    Member* member = nullptr;
+  };
   // Every member held, in id order: the order every scan of the view follows, so that a run
   // is a function of its inputs (the simulator's determinism).
   class Members {
@@ -115,9 +124,9 @@ class View {
       using pointer = const Member*;
       using reference = const Member&;
       iterator() = default;
-      explicit iterator(std::vector<Member*>::const_iterator it) : it_(it) {}
-      const Member& operator*() const { return **it_; }
-      const Member* operator->() const { return *it_; }
+      explicit iterator(std::vector<Ordered>::const_iterator it) : it_(it) {}
+      const Member& operator*() const { return *it_->member; }
+      const Member* operator->() const { return it_->member; }
       iterator& operator++() {
         ++it_;
         return *this;
@@ -131,9 +140,9 @@ class View {
       bool operator!=(const iterator& o) const { return it_ != o.it_; }
 
      private:
-      std::vector<Member*>::const_iterator it_;
+      std::vector<Ordered>::const_iterator it_;
     };
-    explicit Members(const std::vector<Member*>& v) : v_(&v) {}
+    explicit Members(const std::vector<Ordered>& v) : v_(&v) {}
     iterator begin() const { return iterator(v_->begin()); }
     iterator end() const { return iterator(v_->end()); }
     std::size_t size() const { return v_->size(); }
@@ -143,7 +152,7 @@ class View {
     std::size_t count(std::string_view id) const;
 
    private:
-    const std::vector<Member*>* v_;
+    const std::vector<Ordered>* v_;
   };
   Members members() const { return Members(sorted_); }
   std::vector<PeerId> live_ids() const;
@@ -193,7 +202,9 @@ class View {
   std::size_t index_used_ = 0;
 
   MemberDigest self_;
-  std::vector<Member*> sorted_;  // every member, ordered by id (members())
+  // Where id belongs in sorted_ (the first entry not before it).
+  std::vector<Ordered>::iterator sorted_place(std::string_view id, std::uint64_t key);
+  std::vector<Ordered> sorted_;  // every member, ordered by id (members())
   std::vector<Member*> all_;     // every member, in the order learnt
   std::vector<Member*> alive_;   // the Alive ones; Member::alive_pos indexes it
   std::size_t live_count_ = 0;

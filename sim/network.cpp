@@ -99,7 +99,7 @@ double Network::transmit(std::uint32_t from, std::uint32_t to, std::uint64_t byt
   // sweep. Outputs are unchanged; the table holds the links with messages in flight instead
   // of every link ever used (with partial views and random walks, hundreds per peer).
   if (link_last_.size() >= link_sweep_at_) {
-    std::erase_if(link_last_, [&](const auto& x) { return x.second <= now; });
+    link_last_.keep_if([&](std::uint64_t, double last) { return last > now; });
     link_sweep_at_ = std::max<std::size_t>(1024, 2 * link_last_.size());
   }
   double& last = link_last_[(std::uint64_t(from) << 32) | to];
@@ -115,10 +115,44 @@ void Network::reset_peer(std::uint32_t peer) {
   rx_free_[peer] = 0;
   // In-order clocks of its links: only ever a lower bound, so stale ones are harmless; they
   // are dropped to keep the table from holding links of long-gone lives.
-  for (auto it = link_last_.begin(); it != link_last_.end();) {
-    const auto f = static_cast<std::uint32_t>(it->first >> 32), t = static_cast<std::uint32_t>(it->first);
-    it = (f == peer || t == peer) ? link_last_.erase(it) : std::next(it);
+  link_last_.keep_if([&](std::uint64_t key, double) {
+    const auto f = static_cast<std::uint32_t>(key >> 32), t = static_cast<std::uint32_t>(key);
+    return f != peer && t != peer;
+  });
+}
+
+namespace {
+std::size_t link_slot(std::uint64_t key, std::size_t mask) {
+  return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+}  // namespace
+
+double Network::LinkClocks::find(std::uint64_t key) const {
+  if (slots_.empty()) return 0.0;
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = link_slot(key, mask);; i = (i + 1) & mask) {
+    if (slots_[i].key == key) return slots_[i].last;
+    if (slots_[i].key == kEmpty) return 0.0;
   }
+}
+
+double& Network::LinkClocks::operator[](std::uint64_t key) {
+  if (2 * (used_ + 1) > slots_.size()) {
+    std::vector<Slot> old(std::max<std::size_t>(16, 2 * slots_.size()));
+    old.swap(slots_);
+    used_ = 0;
+    for (const Slot& x : old)
+      if (x.key != kEmpty) (*this)[x.key] = x.last;
+  }
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = link_slot(key, mask);
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask;
+  if (slots_[i].key == kEmpty) {
+    slots_[i].key = key;
+    slots_[i].last = 0;
+    ++used_;
+  }
+  return slots_[i].last;
 }
 
 }  // namespace rumor::sim
