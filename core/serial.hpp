@@ -72,21 +72,19 @@ inline void CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::Binary
   ar.loadBinary(t.data, static_cast<std::size_t>(t.size));
 }
 
-// An output stream buffer that appends to a byte vector: encode_struct writes a header
-// straight into the buffer it returns (an ostringstream cost two more copies and their
-// allocations on every message, a tenth of a large simulation).
-class ByteSink : public std::streambuf {
+// The writing side: appends straight to a byte vector, in the layout of cereal's
+// BinaryOutputArchive (the wire format, docs/wire.md): arithmetic fields as their bytes, a
+// length as a uint64 before a string's bytes or a vector's elements. It replaces an
+// ostream over a vector: each field went through the stream's sentry and a virtual call,
+// 5% of a 10,000-peer simulation where every message carries 14 member digests.
+class ByteVectorOutputArchive
+    : public cereal::OutputArchive<ByteVectorOutputArchive, cereal::AllowEmptyClassElision> {
  public:
-  explicit ByteSink(std::vector<std::uint8_t>& out) : out_(out) {}
-
- protected:
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    out_.insert(out_.end(), reinterpret_cast<const std::uint8_t*>(s), reinterpret_cast<const std::uint8_t*>(s) + n);
-    return n;
-  }
-  int_type overflow(int_type c) override {
-    if (!traits_type::eq_int_type(c, traits_type::eof())) out_.push_back(static_cast<std::uint8_t>(c));
-    return traits_type::not_eof(c);
+  explicit ByteVectorOutputArchive(std::vector<std::uint8_t>& out)
+      : cereal::OutputArchive<ByteVectorOutputArchive, cereal::AllowEmptyClassElision>(this), out_(out) {}
+  void saveBinary(const void* data, std::size_t size) {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    out_.insert(out_.end(), p, p + size);
   }
 
  private:
@@ -94,13 +92,29 @@ class ByteSink : public std::streambuf {
 };
 
 template <class T>
+inline typename std::enable_if<std::is_arithmetic<T>::value, void>::type CEREAL_SAVE_FUNCTION_NAME(
+    ByteVectorOutputArchive& ar, const T& t) {
+  ar.saveBinary(std::addressof(t), sizeof(t));
+}
+template <class T>
+inline void CEREAL_SERIALIZE_FUNCTION_NAME(ByteVectorOutputArchive& ar, cereal::NameValuePair<T>& t) {
+  ar(t.value);
+}
+template <class T>
+inline void CEREAL_SERIALIZE_FUNCTION_NAME(ByteVectorOutputArchive& ar, cereal::SizeTag<T>& t) {
+  ar(t.size);
+}
+template <class T>
+inline void CEREAL_SAVE_FUNCTION_NAME(ByteVectorOutputArchive& ar, const cereal::BinaryData<T>& t) {
+  ar.saveBinary(t.data, static_cast<std::size_t>(t.size));
+}
+
+template <class T>
 std::vector<std::uint8_t> encode_struct(const T& value) {
   std::vector<std::uint8_t> out;
   out.reserve(256);
-  ByteSink sink(out);
-  std::ostream os(&sink);
   {
-    cereal::BinaryOutputArchive ar(os);
+    ByteVectorOutputArchive ar(out);
     ar(value);
   }
   return out;
@@ -125,11 +139,16 @@ T decode_struct(std::span<const std::uint8_t> bytes, const char* what) {
 }  // namespace rumor
 
 CEREAL_REGISTER_ARCHIVE(rumor::SafeBinaryInputArchive)
+CEREAL_REGISTER_ARCHIVE(rumor::ByteVectorOutputArchive)
 // Minimal (enum) serialisation needs the output archive paired with ours; only this direction
 // is declared, since BinaryOutputArchive is already paired with cereal's own input archive.
 namespace cereal::traits::detail {
 template <>
 struct get_output_from_input<rumor::SafeBinaryInputArchive> {
   using type = cereal::BinaryOutputArchive;
+};
+template <>
+struct get_input_from_output<rumor::ByteVectorOutputArchive> {
+  using type = rumor::SafeBinaryInputArchive;
 };
 }  // namespace cereal::traits::detail
