@@ -80,15 +80,21 @@ inline void CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, cereal::Binary
 class ByteVectorOutputArchive
     : public cereal::OutputArchive<ByteVectorOutputArchive, cereal::AllowEmptyClassElision> {
  public:
-  explicit ByteVectorOutputArchive(std::vector<std::uint8_t>& out)
+  // Appends to *out; with nullptr it only counts the bytes (size()), so that the encoder can
+  // allocate the header once at its exact size.
+  explicit ByteVectorOutputArchive(std::vector<std::uint8_t>* out)
       : cereal::OutputArchive<ByteVectorOutputArchive, cereal::AllowEmptyClassElision>(this), out_(out) {}
   void saveBinary(const void* data, std::size_t size) {
+    size_ += size;
+    if (!out_) return;
     const auto* p = static_cast<const std::uint8_t*>(data);
-    out_.insert(out_.end(), p, p + size);
+    out_->insert(out_->end(), p, p + size);
   }
+  std::size_t size() const { return size_; }
 
  private:
-  std::vector<std::uint8_t>& out_;
+  std::vector<std::uint8_t>* out_;
+  std::size_t size_ = 0;
 };
 
 template <class T>
@@ -111,10 +117,16 @@ inline void CEREAL_SAVE_FUNCTION_NAME(ByteVectorOutputArchive& ar, const cereal:
 
 template <class T>
 std::vector<std::uint8_t> encode_struct(const T& value) {
-  std::vector<std::uint8_t> out;
-  out.reserve(256);
+  std::size_t size = 0;
   {
-    ByteVectorOutputArchive ar(out);
+    ByteVectorOutputArchive count(nullptr);
+    count(value);
+    size = count.size();
+  }
+  std::vector<std::uint8_t> out;
+  out.reserve(size);
+  {
+    ByteVectorOutputArchive ar(&out);
     ar(value);
   }
   return out;

@@ -44,10 +44,11 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
   return merge(d, now, index_find(d.id));
 }
 
-std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found) {
+std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found, Member** added_out) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;
   if (!found) {
     Member& added = *allocate();
+    if (added_out) *added_out = &added;
     added.d = d;
     added.last_heard = now;
     added.clock_seen = now;
@@ -261,7 +262,9 @@ std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
   if (n <= 8 * k) {
     // A small view (partial views): the same draws on a dense permutation, so the same subset
     // as below at O(n) instead of O(k^2).
-    std::vector<std::uint32_t> perm(n);
+    std::uint32_t small[256];  // on the stack for the usual sizes: no allocation per message
+    std::vector<std::uint32_t> large(n > 256 ? n : 0);
+    std::uint32_t* perm = n > 256 ? large.data() : small;
     for (std::size_t i = 0; i < n; ++i) perm[i] = static_cast<std::uint32_t>(i);
     for (std::size_t i = 0; i < k; ++i) {
       const std::size_t j = i + rng.below(n - i);

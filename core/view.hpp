@@ -92,8 +92,9 @@ class View {
   // change if the member's state changed or it is new.
   std::optional<Change> merge(const MemberDigest& d, double now);
   // The same, for a caller that has just looked the member up: `known` is find(d.id) (nullptr
-  // if not known), which saves the second lookup on the hot path of partial views.
-  std::optional<Change> merge(const MemberDigest& d, double now, Member* known);
+  // if not known), which saves the second lookup on the hot path of partial views. A member
+  // newly learnt is written to *added (when given); members never move while held.
+  std::optional<Change> merge(const MemberDigest& d, double now, Member* known, Member** added = nullptr);
   // Local decisions (failure detector, graceful leave).
   std::optional<Change> set_state(const PeerId& id, MemberState s, double now);
   // Forgets a member altogether (partial views keep View to the members of their views).
