@@ -104,7 +104,7 @@ bool Gossip::overlay_in_use(const PeerId& id, const Member& m) const {
 }
 
 void Gossip::overlay_forget(const PeerId& id) {
-  if (const Member* m = view_.find(id); m && !overlay_in_use(id, *m)) view_.erase(id);
+  if (Member* m = view_.find(id); m && !overlay_in_use(id, *m)) view_.erase(m);
 }
 
 void Gossip::overlay_link(const PeerId& id) {

@@ -133,6 +133,22 @@ void View::state_changed(Member& m, MemberState before) {
 bool View::erase(const PeerId& id) {
   const std::size_t slot = index_slot(id);
   if (slot == index_.size()) return false;
+  erase_at(slot);
+  return true;
+}
+
+void View::erase(Member* m) {
+  // Its slot: the probe run from its id's home, compared by address (no strings).
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = id_hash(m->d.id) & mask;
+  while (index_[i].member != m) {
+    RUMOR_CHECK(index_[i].member != nullptr);
+    i = (i + 1) & mask;
+  }
+  erase_at(i);
+}
+
+void View::erase_at(std::size_t slot) {
   Member& m = *index_[slot].member;
   live_count_ -= m.live();
   live_trainers_ -= m.live_trainer();
@@ -150,7 +166,6 @@ bool View::erase(const PeerId& id) {
   sorted_.erase(pos);
   index_erase_at(slot);
   release(&m);
-  return true;
 }
 
 Member* View::allocate() {

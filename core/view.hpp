@@ -100,6 +100,8 @@ class View {
   // Forgets a member altogether (partial views keep View to the members of their views).
   // Its samples stay counted in others_samples(). False if it was not known.
   bool erase(const PeerId& id);
+  // The same for a member just found (find()): no second search by id.
+  void erase(Member* m);
 
   Member* find(const PeerId& id);
   const Member* find(const PeerId& id) const;
@@ -176,6 +178,7 @@ class View {
 
  private:
   void state_changed(Member& m, MemberState before);
+  void erase_at(std::size_t slot);  // the member in index_[slot]
   // Storage. Members live in chunks that never move (8, 16, ... up to 1,024 members each, so
   // a partial view's 50 members sit in a few kilobytes), reused through a free list: no
   // allocation per member learnt, and a peer's members close together in memory. (A std::map
