@@ -443,8 +443,8 @@ class Gossip {
   void overlay_join(const PeerId& joiner);
   // Takes a member into View and the passive view (unless it is known dead or is ourselves).
   void overlay_learn(const MemberDigest& d);
-  // The same, for a caller that has just looked d.id up and found nothing (merge_view).
-  void overlay_learn_new(const MemberDigest& d);
+  // The same, for a caller that has just looked d.id up (`known`: what find returned) and
+  // checked that it is not ourselves, with partial views on (merge_view).
   void overlay_learn(const MemberDigest& d, Member* known);
   // Links a member into the active view (sending Disconnect to one it drops).
   void overlay_link(const PeerId& id);

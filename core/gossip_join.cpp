@@ -146,7 +146,7 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
       // swarm between shuffles (as Cyclon's exchanges do).
       if (i == 0 || (learnt < kFreshPerMessage && d.state == MemberState::Alive)) {
         learnt += i > 0;
-        overlay_learn_new(d);
+        overlay_learn(d, nullptr);
       }
       continue;
     }

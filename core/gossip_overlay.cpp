@@ -69,27 +69,20 @@ void Gossip::overlay_learn(const MemberDigest& d) {
   overlay_learn(d, view_.find(d.id));
 }
 
-void Gossip::overlay_learn_new(const MemberDigest& d) {
-  if (!overlay_ || d.id == view_.self().id) return;
-  overlay_learn(d, nullptr);
-}
-
 void Gossip::overlay_learn(const MemberDigest& d, Member* known) {
   if (!known) {
     if (d.state != MemberState::Alive) return;  // news of a member we do not hold: not ours to keep
     const auto b = overlay_->buried.find(d.id);
     if (b != overlay_->buried.end() && env_.now() - b->second < kBuriedFor) return;
   }
-  bool changed = false;
+  const Member* m = known;
   Member* added = nullptr;
   if (auto c = view_.merge(d, env_.now(), known, &added)) {
-    // A member learnt Alive only reports its join; any other change may forget members (a
-    // repair), so it is looked up again.
-    const bool joined = !c->before && c->after == MemberState::Alive;
     report_change(*c);
-    changed = !joined;
+    // A member newly learnt (Alive: others return above) only reports its join; any other
+    // change may forget members (a repair), so it is looked up again.
+    m = added ? added : view_.find(d.id);
   }
-  const Member* m = added && !changed ? added : known && !changed ? known : view_.find(d.id);
   if (m && m->d.state == MemberState::Alive && !overlay_->in_active(d.id))
     if (auto dropped = overlay_->add_passive(d.id, env_.rng())) overlay_forget(*dropped);
   if (view_.members().size() > 2 * (overlay_->active_cap() + overlay_->passive_cap()) + 16) overlay_trim();

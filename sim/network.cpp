@@ -138,11 +138,9 @@ double Network::LinkClocks::find(std::uint64_t key) const {
 
 double& Network::LinkClocks::operator[](std::uint64_t key) {
   if (2 * (used_ + 1) > slots_.size()) {
-    std::vector<Slot> old(std::max<std::size_t>(16, 2 * slots_.size()));
+    std::vector<Slot> old;
     old.swap(slots_);
-    used_ = 0;
-    for (const Slot& x : old)
-      if (x.key != kEmpty) (*this)[x.key] = x.last;
+    rebuild(old, 2 * old.size());
   }
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = link_slot(key, mask);
@@ -153,6 +151,15 @@ double& Network::LinkClocks::operator[](std::uint64_t key) {
     ++used_;
   }
   return slots_[i].last;
+}
+
+void Network::LinkClocks::rebuild(const std::vector<Slot>& entries, std::size_t min_slots) {
+  std::size_t cap = 16;
+  while (cap < min_slots) cap *= 2;
+  slots_.assign(cap, Slot{});
+  used_ = 0;
+  for (const Slot& x : entries)
+    if (x.key != kEmpty) (*this)[x.key] = x.last;
 }
 
 }  // namespace rumor::sim

@@ -76,19 +76,13 @@ class Network {
     double& operator[](std::uint64_t key);  // a new entry reads 0
     double find(std::uint64_t key) const;   // 0 if absent
     std::size_t size() const { return used_; }
-    // Drops the entries for which keep(key, last) is false, in one pass.
+    // Drops the entries for which keep(key, last) is false.
     template <class Keep>
     void keep_if(Keep keep) {
-      std::vector<Slot> old;
-      old.swap(slots_);
-      used_ = 0;
-      std::size_t live = 0;
-      for (const Slot& x : old) live += x.key != kEmpty && keep(x.key, x.last);
-      std::size_t cap = 16;
-      while (cap < 2 * live + 2) cap *= 2;
-      slots_.assign(cap, Slot{});
-      for (const Slot& x : old)
-        if (x.key != kEmpty && keep(x.key, x.last)) (*this)[x.key] = x.last;
+      std::vector<Slot> live;
+      for (const Slot& x : slots_)
+        if (x.key != kEmpty && keep(x.key, x.last)) live.push_back(x);
+      rebuild(live, 2 * live.size() + 2);
     }
 
    private:
@@ -97,6 +91,9 @@ class Network {
       std::uint64_t key = kEmpty;
       double last = 0;
     };
+    // Refills the table, at least min_slots long (a power of two, 16 or more), with the
+    // non-empty entries given.
+    void rebuild(const std::vector<Slot>& entries, std::size_t min_slots);
     std::vector<Slot> slots_;
     std::size_t used_ = 0;
   };
