@@ -124,8 +124,10 @@ void Gossip::on_ping_req(const PeerId& from, const Message& msg) {
 // ---- State transfer ----
 
 void Gossip::start_state_transfer(const PeerId& source) {
+  // The buffer for the model is made when the first chunk to keep arrives: most joiners of a
+  // swarm starting together hear step 0 and keep their own initialisation, and in the
+  // simulator thousands of them wait for their first chunk at once.
   transfer_ = Transfer{next_transfer_id_++, source, 0, transfer_ ? transfer_->attempt + 1 : 1, {}};
-  transfer_->buffer.resize(params_.size());
   request_state_chunk();
 }
 
@@ -202,8 +204,14 @@ void Gossip::on_state_request(const PeerId& from, const Message& msg) {
     if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
     it = snapshots_.emplace(key, Snapshot{encode_params(params_), clock_, now, extra_state_}).first;
   }
-  auto chunk = std::make_shared<Bytes>(r.count * sizeof(float));
-  std::memcpy(chunk->data(), it->second.params->data() + r.offset * sizeof(float), chunk->size());
+  // A request for the whole model (the usual one: chunks are large) takes the snapshot's bytes
+  // as they are; a part of it is copied out.
+  std::shared_ptr<const Bytes> chunk = it->second.params;
+  if (r.offset != 0 || r.count != params_.size()) {
+    auto part = std::make_shared<Bytes>(r.count * sizeof(float));
+    std::memcpy(part->data(), it->second.params->data() + r.offset * sizeof(float), part->size());
+    chunk = std::move(part);
+  }
   const std::uint64_t extra_total = it->second.extra ? it->second.extra->size() : 0;
   const StateChunkMsg c{r.transfer_id, r.offset, params_.size(), it->second.step, digest(), extra_total, false};
   // The last parameter chunk: done with the snapshot, unless the joiner asks for its extra state next.
@@ -249,6 +257,7 @@ void Gossip::on_state_chunk(const PeerId& from, const Message& msg) {
     transfer_.reset();
     return;
   }
+  if (transfer_->buffer.empty()) transfer_->buffer.resize(params_.size());
   std::copy(v.begin(), v.end(), transfer_->buffer.begin() + static_cast<std::ptrdiff_t>(c.offset));
   transfer_->offset += count;
   transfer_->step = c.step;

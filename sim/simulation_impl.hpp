@@ -167,6 +167,13 @@ struct Simulation::Impl {
   std::size_t churn_left = 0;
   std::vector<double> xbar;  // sampling scratch
   std::vector<float> xbar_f;
+  // The finished models the last sample was taken over, when it had only those (compute_sample).
+  struct DoneModel {
+    std::uint32_t index, life;
+    const PeerModel* model;
+    bool operator==(const DoneModel&) const = default;
+  };
+  std::vector<DoneModel> done_sampled;
   // Faults (sim/faults.hpp): their stream, how often each fired, restarts still to come (they
   // keep the run going), and the partition in force: each live peer's side (0: none).
   Rng fault_rng;

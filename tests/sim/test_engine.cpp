@@ -8,10 +8,12 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
 
+#include "core/rng.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulator.hpp"
@@ -227,6 +229,54 @@ TEST_CASE("engine: training off, consensus falls to zero and float32 mixing keep
     MESSAGE(n << " peers: mean moved by " << drift << " (relative) over the whole convergence");
     CHECK(drift < 1e-6);
   }
+}
+
+TEST_CASE("sampling: consensus in one pass agrees with the two-pass definition") {
+  // sample_consensus reads each model once (deviations from the first model, corrected by the
+  // mean's distance from it); the definition is sqrt(mean_i |x_i - xbar|^2) / |xbar|.
+  auto check = [](const std::vector<std::vector<float>>& xs) {
+    const std::size_t n = xs.size(), P = xs[0].size();
+    std::vector<double> mean(P, 0.0);
+    for (const auto& x : xs)
+      for (std::size_t j = 0; j < P; ++j) mean[j] += x[j];
+    for (auto& v : mean) v /= static_cast<double>(n);
+    double dev = 0, norm = 0;
+    for (const auto& x : xs)
+      for (std::size_t j = 0; j < P; ++j) dev += (x[j] - mean[j]) * (x[j] - mean[j]);
+    for (double v : mean) norm += v * v;
+    const double spread = std::sqrt(dev / static_cast<double>(n));
+    Sample r;
+    std::vector<double> xbar(P);
+    sample_consensus(
+        r, n, [&](std::size_t i) { return std::span<const float>(xs[i]); },
+        [&](std::size_t i) { return static_cast<double>(i); }, xbar);
+    for (std::size_t j = 0; j < P; ++j) CHECK(xbar[j] == doctest::Approx(mean[j]).epsilon(1e-12));
+    CHECK(r.mean_step == doctest::Approx((static_cast<double>(n) - 1) / 2));
+    CHECK(r.spread == doctest::Approx(spread).epsilon(1e-9));
+    CHECK(r.consensus_distance == doctest::Approx(spread / std::sqrt(norm)).epsilon(1e-9));
+    return r;
+  };
+  rumor::Rng rng(7);
+  // 37 models of 1,003 parameters (not a multiple of the 8 lanes), far apart.
+  std::vector<std::vector<float>> xs(37, std::vector<float>(1003));
+  for (auto& x : xs)
+    for (auto& v : x) v = static_cast<float>(rng.normal(1.0, 0.5));
+  CHECK(check(xs).consensus_distance > 0.3);
+  // Close to agreement: a common model plus 1e-6 of noise (the end of a convergence).
+  for (auto& x : xs)
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] = xs[0][j] + static_cast<float>(rng.normal(0, 1e-6));
+  const Sample close = check(xs);
+  CHECK(close.consensus_distance > 0);
+  CHECK(close.consensus_distance < 1e-5);
+  // One outlier as the reference model, all the others equal.
+  for (std::size_t i = 1; i < xs.size(); ++i) xs[i] = xs[1];
+  xs[0][5] += 3.0f;
+  check(xs);
+  // Every model the same: exactly zero.
+  for (auto& x : xs) x = xs[1];
+  const Sample same = check(xs);
+  CHECK(same.spread == 0.0);
+  CHECK(same.consensus_distance == 0.0);
 }
 
 TEST_CASE("engine: training off, the mean is conserved to 1e-9 while the arithmetic is exact") {
