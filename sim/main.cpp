@@ -71,6 +71,11 @@ constexpr const char* kTunedMark = "RUMOR_SIM_HUGE_PAGES";
 constexpr const char* kTunablesWere = "RUMOR_SIM_GLIBC_TUNABLES_WERE";
 
 void use_huge_pages(char** argv) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // the sanitizers' allocators are not glibc's
+#endif
+  // Under valgrind (its preload) a re-executed process would run outside it.
+  if (const char* pre = std::getenv("LD_PRELOAD"); pre && std::string(pre).find("vgpreload") != std::string::npos) return;
   if (const char* mark = std::getenv(kTunedMark)) {
     if (std::string(mark) == "re-executed") {
       // Started again with the setting: give the processes we start (--calibrate's peers,
