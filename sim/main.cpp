@@ -73,6 +73,17 @@ std::string shell_quote(const std::string& s) {
 constexpr const char* kTunedMark = "RUMOR_SIM_HUGE_PAGES";
 constexpr const char* kTunablesWere = "RUMOR_SIM_GLIBC_TUNABLES_WERE";
 
+// Puts GLIBC_TUNABLES back as the user gave it (`was`: its value, or nullptr/"" if unset) and
+// drops our marks.
+void restore_tunables(const char* was) {
+  if (was && *was)
+    setenv("GLIBC_TUNABLES", was, 1);
+  else
+    unsetenv("GLIBC_TUNABLES");
+  unsetenv(kTunablesWere);
+  unsetenv(kTunedMark);
+}
+
 void use_huge_pages(char** argv) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return;  // the sanitizers' allocators are not glibc's
@@ -80,29 +91,18 @@ void use_huge_pages(char** argv) {
   // Under valgrind (its preload) a re-executed process would run outside it.
   if (const char* pre = std::getenv("LD_PRELOAD"); pre && std::string(pre).find("vgpreload") != std::string::npos) return;
   if (const char* mark = std::getenv(kTunedMark)) {
-    if (std::string(mark) == "re-executed") {
-      // Started again with the setting: give the processes we start (--calibrate's peers,
-      // --plot's python) the environment the user gave us.
-      if (const char* was = std::getenv(kTunablesWere); was && *was)
-        setenv("GLIBC_TUNABLES", was, 1);
-      else
-        unsetenv("GLIBC_TUNABLES");
-      unsetenv(kTunablesWere);
-      unsetenv(kTunedMark);
-    }
-    return;  // "0" (or anything else): off
+    // Started again with the setting: the processes we start (--plot's python, the testbed's
+    // tools) get the environment the user gave us. "0" (or anything else): off.
+    if (std::string(mark) == "re-executed") restore_tunables(std::getenv(kTunablesWere));
+    return;
   }
   const char* was = std::getenv("GLIBC_TUNABLES");
-  std::string tunables = was ? std::string(was) + ":" : std::string();
-  tunables += "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67108864";
-  setenv(kTunablesWere, was ? was : "", 1);
-  setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+  const std::string user = was ? was : "";
+  setenv(kTunablesWere, user.c_str(), 1);
+  setenv("GLIBC_TUNABLES", ((user.empty() ? "" : user + ":") + "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67108864").c_str(), 1);
   setenv(kTunedMark, "re-executed", 1);
   execv("/proc/self/exe", argv);
-  // Could not: go on as we are, with the environment as it was.
-  if (was) setenv("GLIBC_TUNABLES", was, 1); else unsetenv("GLIBC_TUNABLES");
-  unsetenv(kTunablesWere);
-  unsetenv(kTunedMark);
+  restore_tunables(user.c_str());  // could not: go on as we are
 }
 
 }  // namespace
