@@ -75,8 +75,13 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.pending_cpu = 0;
   const Rng root(s.seed);
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
-  if (s.time_slice > 0 || s.classes[p.cls].capped_in_windows())
-    p.slice_phase = root.fork(streams::kSliceBase + p.index).fork(p.life).uniform(0, 1);
+  if (s.time_slice > 0 || s.classes[p.cls].capped_in_windows()) {
+    Rng slices = root.fork(streams::kSliceBase + p.index).fork(p.life);
+    p.turn_rng = slices.fork(1);
+    p.slice_phase = slices.uniform(0, 1);
+  }
+  p.turns.clear();
+  p.turn_head = 0;
   p.model = work->make_peer(p.index, p.life);
   p.side = std::make_unique<SimLoopModel>(*p.model, s.training);
   // A restart after a fault crash resumes from the model and step it had (a checkpoint).
@@ -221,7 +226,47 @@ static double in_windows(double start, double work, double on, double period, do
   }
 }
 
-double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const {
+// Random turns: a wait for a core of (f - 1) x time_slice x e, then a turn of time_slice x e, e
+// drawn Exp(1) for each pair, f the sharing factor when it is drawn. Every wait and turn
+// together give the peer exactly its share 1 / f (the scheduler is fair: a thread that waited
+// long runs long, as CFS lets one that fell behind catch up), but the waits vary as a real
+// scheduler's do: a message that lands while its peer waits is handled (f - 1) x time_slice
+// later on average (long waits are likelier to be landed in), against half that when the turns
+// come like clockwork. (In a real quickstart the compute threads' waits for a core, weighted by
+// their length, averaged 4.5 ms; time_slice 4 ms and f 2 give 4 ms random, 2 ms periodic.)
+double Simulation::Impl::end_in_turns(Peer& p, double start, double work, double f) {
+  auto& w = p.turns;
+  const double on = s.time_slice, off = (f - 1) * s.time_slice;
+  while (p.turn_head < w.size() && w[p.turn_head].second <= start) ++p.turn_head;
+  if (p.turn_head == w.size()) {
+    // None drawn reaches `start` (the peer was idle, or this is its first work): where it
+    // stands now, from the stationary odds of being on, 1 / f.
+    w.clear();
+    p.turn_head = 0;
+    const double e = p.turn_rng.exponential(1.0);
+    const double from = p.turn_rng.uniform() * f < 1.0 ? start : start + off * e;
+    w.emplace_back(from, from + on * e);
+  } else if (p.turn_head > 32) {
+    w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(p.turn_head));
+    p.turn_head = 0;
+  }
+  double t = start, left = work;
+  for (std::size_t i = p.turn_head;; ++i) {
+    if (i == w.size()) {
+      const double e = p.turn_rng.exponential(1.0);
+      const double from = w.back().second + off * e;
+      w.emplace_back(from, from + on * e);
+    }
+    const double from = std::max(t, w[i].first), to = w[i].second;
+    if (from < to) {
+      if (left <= to - from) return from + left;
+      left -= to - from;
+    }
+    t = std::max(t, to);
+  }
+}
+
+double Simulation::Impl::cpu_end(Peer& p, double start, double work) {
   const double f = cpu_factor();
   const PeerClass& c = s.classes[p.cls];
   // A CFS quota (class cpu_period): `work` is the machine's average time (a whole core's over
@@ -229,6 +274,7 @@ double Simulation::Impl::cpu_end(const Peer& p, double start, double work) const
   if (c.capped_in_windows())
     return in_windows(start, work * f * c.cpu, c.cpu * c.cpu_period, c.cpu_period, p.slice_phase * c.cpu_period);
   if (s.time_slice <= 0 || f <= 1.0) return start + work * f;
+  if (s.turns == Turns::Random) return end_in_turns(p, start, work, f);
   const double period = s.time_slice * f;
   return in_windows(start, work, s.time_slice, period, p.slice_phase * period);
 }

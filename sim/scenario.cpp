@@ -89,7 +89,7 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
     {"gossip", {"topology", "bootstrap", "fetch_state"}},
     {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition", "limit_receive"}},
-    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "time_slice", "cpu", "cpu_period"}},
+    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "time_slice", "turns", "cpu", "cpu_period"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
     {"faults", fault_keys()},
     {"invariants", {"check"}},
@@ -421,6 +421,7 @@ class Builder {
       fail(where_of("compute.mid"), "compute.mid", "must lie strictly between 0 and 1");
     if (get("compute.shared_cores", s.shared_cores)) positive("compute.shared_cores", s.shared_cores, true);
     if (dur("compute.time_slice", s.time_slice)) positive("compute.time_slice", s.time_slice, true);
+    choice("compute.turns", s.turns, {{"random", Turns::Random}, {"periodic", Turns::Periodic}});
     std::uint32_t peers = 0;
     const bool have_peers = get("run.peers", peers);
     if (r_.class_order.empty()) {

@@ -31,6 +31,11 @@ struct ScenarioError : std::runtime_error {
 };
 
 enum class StepDist { Constant, Normal, Lognormal, Exponential };
+// How compute.time_slice's turns fall (docs/sim.md "Calibration"). Random: each wait for a core
+// lasts (f - 1) x time_slice x e and the turn after it time_slice x e, e ~ Exp(1) drawn for each
+// pair, so the share stays 1 / f while an input that arrives during a wait waits as long as a
+// real one does; periodic: time_slice on, (f - 1) x time_slice off, at a fixed phase.
+enum class Turns { Random, Periodic };
 // The first five are undirected and static (gossip and the synchronous algorithms); the last
 // four only serve the synchronous algorithms (sim/mixing.hpp): `OnePeerExponential` changes
 // every round, `DirectedExponential` is directed, `RandomRegular` is drawn from the seed,
@@ -210,6 +215,9 @@ struct Scenario {
   // handled after. (The kernel's tick here: 4 ms on, 4 ms off with 4 busy threads on 2 cores;
   // `rumor-sim --calibrate` measures it.) 0: every peer advances at 1/f all the time.
   double time_slice = 0;
+  // compute.turns: whether the turns come at random (the default: the kernel's, with other
+  // threads waking, are irregular) or like clockwork.
+  Turns turns = Turns::Random;
   std::vector<PeerClass> classes;
   std::vector<StragglerSpec> stragglers;
   // [churn]

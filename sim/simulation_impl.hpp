@@ -117,6 +117,11 @@ struct Peer {
   std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
   double slice_phase = 0; // compute.time_slice: where in the period its slices fall, in [0, 1)
+  // compute.turns = random: its turns on the cores from the current one on ([from, to) each,
+  // in order, from turn_head), and the stream they are drawn from.
+  std::vector<std::pair<double, double>> turns;
+  std::size_t turn_head = 0;
+  Rng turn_rng;
   bool active = false;    // counted in Impl::active: loading or running
   std::vector<Input> inbox;
   std::unique_ptr<SimEnv> env;
@@ -250,7 +255,10 @@ struct Simulation::Impl {
   }
   // When `work` seconds of one core's compute, begun at `start`, end for peer p: start + work x
   // cpu_factor(), or with compute.time_slice, at the end of the work's last slice.
-  double cpu_end(const Peer& p, double start, double work) const;
+  double cpu_end(Peer& p, double start, double work);
+  // compute.turns = random: the end of `work` begun at `start` in p's turns on the cores,
+  // drawn from its stream as far ahead as needed (kept in Peer::turns).
+  double end_in_turns(Peer& p, double start, double work, double f);
   // ---- inputs ----
   void offer(Peer& p, Input in);
   void handle(Peer& p, const Input& in);

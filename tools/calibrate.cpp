@@ -35,6 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
 
 void write_all(int fd, const void* p, std::size_t n) {
   const char* c = static_cast<const char*>(p);
@@ -112,15 +113,21 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   ChildResult r;
   barrier();
   for (int i = 0; i < 20; ++i) t.step();
+  // Every process steps for the same window of wall time, so all `procs` contend for the
+  // cores from its start to its end. (A fixed count of steps each let the first to finish
+  // leave the others fewer competitors: 4 processes measured 1.5x to 2.4x one alone on 2
+  // cores, run to run, and the simulated quickstart moved with it by tens of percent.)
   std::vector<double> d;
   const auto t_steps = Clock::now();
-  for (int i = 0; i < c.steps; ++i) {
-    const auto t0 = Clock::now();
+  const auto steps_end = t_steps + seconds(c.step_seconds);
+  for (auto t0 = t_steps; t0 < steps_end;) {
     t.step();
-    d.push_back(since(t0));
+    const auto t1 = Clock::now();
+    d.push_back(std::chrono::duration<double>(t1 - t0).count());
+    t0 = t1;
   }
   const double total = since(t_steps);
-  r.step_mean = total / c.steps;
+  r.step_mean = total / static_cast<double>(d.size());
   r.step_sd = relative_sd(d, r.step_mean);
   barrier();
   // One payload message, both ends, in user space: snapshot copy and frame hash on the way
@@ -130,7 +137,9 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   std::vector<float> live(params.begin(), params.end()), other(params.size(), 0.5f);
   volatile std::uint64_t sink = 0;
   const auto t_ex = Clock::now();
-  for (int i = 0; i < c.messages; ++i) {
+  const auto ex_end = t_ex + seconds(c.message_seconds);
+  std::size_t messages = 0;
+  for (; messages == 0 || Clock::now() < ex_end; ++messages) {
     auto snap = encode_params(live);
     Message m{MsgType::ExchangeRequest, {}, snap};
     sink = sink + net::encode_frame_header(m)[24];
@@ -141,7 +150,7 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
     sink = sink + static_cast<std::uint64_t>(relative_distance(live, theirs) * 1e6);
     mix_into(live, theirs, other, 0.5);
   }
-  r.exchange = since(t_ex) / (2.0 * c.messages);
+  r.exchange = since(t_ex) / (2.0 * static_cast<double>(messages));
   barrier();
   const auto t_ev = Clock::now();
   for (int i = 0; i < 2; ++i) t.evaluate(test);
@@ -293,12 +302,14 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     for (int i = 0; i < 10; ++i) t.step();
     std::vector<double> d;
     const auto t0 = Clock::now();
-    for (int i = 0; i < 50; ++i) {
-      const auto t1 = Clock::now();
+    const auto end = t0 + seconds(c.single_seconds);
+    for (auto t1 = t0; t1 < end;) {
       t.step();
-      d.push_back(since(t1));
+      const auto t2 = Clock::now();
+      d.push_back(std::chrono::duration<double>(t2 - t1).count());
+      t1 = t2;
     }
-    out.single_step_time = since(t0) / 50;
+    out.single_step_time = since(t0) / static_cast<double>(d.size());
     out.single_step_sd = relative_sd(d, out.single_step_time);
   }
   {

@@ -30,8 +30,11 @@ struct CalibrationConfig {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string model = "mlp:256,128";
   std::size_t batch = 64;
-  int steps = 150;            // timed steps per process (after 20 warm-up steps)
-  int messages = 100;         // timed payload messages per process
+  // Each measurement runs for a window of wall time, the same in every process, so that all
+  // `procs` contend for the cores throughout it.
+  double step_seconds = 1.5;    // steps timed per process (after 20 warm-up steps)
+  double message_seconds = 0.5; // payload messages timed per process
+  double single_seconds = 0.5;  // steps timed by one process alone
   std::size_t tcp_mb = 256;   // bytes pushed through loopback for the bandwidth
 };
 

@@ -457,6 +457,39 @@ TEST_CASE("compute: shared cores slow each peer by its fair share, evenly or in 
   CHECK(again.events_csv() == sliced.events_csv());
 }
 
+TEST_CASE("compute: turns at random (the default) keep every peer's share, and their waits have a longer tail than turns like clockwork") {
+  // The same 4 peers on 2 cores in turns of 4 ms. Random turns draw each wait for a core and the
+  // turn after it from one exponential, so the share is exactly half a core at the end of every
+  // turn: each peer still makes its 1,000 steps. But the waits vary: an exchange that lands
+  // while its partner waits is answered 4 ms later on average, not 2, and now and then much
+  // later (a real quickstart's compute threads waited for a core 4.5 ms on average, weighted by
+  // length, and up to 36 ms; docs/sim.md "Calibration").
+  Simulation random(scn(kShared, {"compute.time_slice=4ms"})),
+      periodic(scn(kShared, {"compute.time_slice=4ms", "compute.turns=periodic"}));
+  random.run();
+  periodic.run();
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    CHECK(random.steps(p) == doctest::Approx(1000).epsilon(0.03));
+    CHECK(periodic.steps(p) == doctest::Approx(1000).epsilon(0.03));
+  }
+  auto a = round_trips(periodic), b = round_trips(random);
+  REQUIRE(a.size() > 100);
+  REQUIRE(b.size() > 100);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  const auto p90 = [](const std::vector<double>& v) { return v[v.size() * 9 / 10]; };
+  MESSAGE("round trips: periodic mean " << mean(a) * 1e3 << " ms, p90 " << p90(a) * 1e3 << ", max " << a.back() * 1e3
+                                        << "; random mean " << mean(b) * 1e3 << " ms, p90 " << p90(b) * 1e3 << ", max "
+                                        << b.back() * 1e3);
+  CHECK(mean(b) > 1.2 * mean(a));
+  CHECK(p90(b) > 1.2 * p90(a));
+  CHECK(b.back() > 2 * a.back());
+  // Fewer round trips fit in the same time: the simulated quickstart's exchange count comes
+  // down towards the real one's.
+  CHECK(b.size() < a.size());
+  CHECK_THROWS_WITH_AS(scn(kShared, {"compute.turns=sometimes"}), doctest::Contains("compute.turns"), std::exception);
+}
+
 TEST_CASE("compute: a CPU cap as a CFS quota (cpu_period) computes in windows: the same pace, longer round trips") {
   // 4 peers at 0.3 of a core: 1 ms of a whole core per step, so 3.3 ms on average. With
   // cpu_period = 100ms each computes at full speed for 30 ms in every 100 and not at all in
