@@ -6,7 +6,8 @@
 # 1. builds rumor-sim and rumor-peer in DIR (default: build-sim/ at the top of the repository);
 # 2. `rumor-sim --calibrate --procs 4`: this machine's step time with 4 processes at once,
 #    exchange CPU, evaluation time, loading time (alone, and 3 at once), loopback bandwidth and
-#    latency -> OUT/calib.ini;
+#    latency -> OUT/calib.ini (with a real run, once before it and once after, and the mean of
+#    the two: the machine's speed drifts);
 # 3. the real quickstart: examples/quickstart.sh itself (its peers' flags come from
 #    examples/sim/quickstart.ini), metrics in OUT/real/p*.jsonl; or, with --real DIR, the
 #    p*.jsonl of a run already made there (examples/quickstart.sh writes out/quickstart/);
@@ -50,8 +51,6 @@ mkdir -p "$out"
 echo "== calibration (4 processes at once)"
 "$sim" --calibrate --procs 4 --calibrate-out "$out/calib.ini"
 cat "$out/calib.ini"
-load=$(sed -n 's/^# load_time_s = \([0-9.]*\).*/\1/p' "$out/calib.ini")
-joiners=$(sed -n 's/^# joiner_load_s = \([0-9.]*\).*/\1/p' "$out/calib.ini")
 # A joiner's process start before it loads anything (the dynamic loader: cuBLAS in a CUDA
 # build), 3 at once as the quickstart launches them: the median of 3 tries.
 startup=$(for _ in 1 2 3; do
@@ -60,7 +59,7 @@ startup=$(for _ in 1 2 3; do
   wait
   awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f\n", b - a }'
 done | sort -n | sed -n 2p)
-echo "   loading: $load s alone, $joiners s for 3 at once; process start of 3 at once: $startup s"
+echo "   process start of 3 at once: $startup s"
 
 if [[ -z "$real" ]]; then
   real="$out/real"
@@ -70,7 +69,29 @@ if [[ -z "$real" ]]; then
     { tail -n 30 "$out/quickstart.log" >&2; echo "the real quickstart failed (log: $out/quickstart.log)" >&2; exit 1; }
   t1=$(date +%s.%N)
   echo "   real run: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s from the first launch to the last exit"
+  # The machine's speed drifts by tens of percent within minutes here (other VMs share the
+  # host): calibrate again right after the real run, and predict it from the mean of the two.
+  echo "== calibration again, after the real run (the prediction uses the mean of both)"
+  mv "$out/calib.ini" "$out/calib-before.ini"
+  "$sim" --calibrate --procs 4 --calibrate-out "$out/calib-after.ini"
+  /usr/bin/python3 - "$out/calib-before.ini" "$out/calib-after.ini" > "$out/calib.ini" <<'PY'
+import re, sys
+a, b = (open(f).read().splitlines() for f in sys.argv[1:3])
+num = re.compile(r"^(#? ?[a-z_]+ = )([0-9.eE+-]+)(.*)$")
+print("# The mean of two calibrations, before and after the real run:", sys.argv[1], sys.argv[2])
+for x, y in zip(a, b):
+    mx, my = num.match(x), num.match(y)
+    if mx and my and mx.group(1) == my.group(1):
+        v = (float(mx.group(2)) + float(my.group(2))) / 2
+        print(f"{mx.group(1)}{v:.6g}{mx.group(3)}")
+    else:
+        print(x)
+PY
+  grep -E '^(step_time|exchange_cpu|eval_time|time_slice|# load_time_s|# joiner_load_s)' "$out/calib-before.ini" "$out/calib-after.ini" | sed 's/^/   /'
 fi
+load=$(sed -n 's/^# load_time_s = \([0-9.]*\).*/\1/p' "$out/calib.ini")
+joiners=$(sed -n 's/^# joiner_load_s = \([0-9.]*\).*/\1/p' "$out/calib.ini")
+echo "   loading: $load s alone, $joiners s for 3 at once"
 
 echo "== the simulated quickstart"
 cat > "$out/quickstart-calibrated.ini" <<INI
