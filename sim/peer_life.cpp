@@ -345,14 +345,17 @@ void Simulation::Impl::drop_process(Peer& p) {
   p.env.reset();
 }
 
-// Whether the peer uses a core now, and at which weight: loading its data (nice 0); training,
-// evaluating or settling (its compute thread, nice 5: a settling peer exchanges back to back).
-// Waiting peers sleep. Looked at after every event that may have changed it.
+// Whether the peer uses a core now, and at which weight: loading its data (nice 0); training or
+// evaluating (its compute thread, nice 5). Waiting peers sleep, settling ones included: between
+// its exchanges a settling rumor-peer's compute thread sleeps in its inbox (perf sched of a real
+// quickstart: its compute threads went to sleep 40-95 times per 100 ms once they settled). The
+// CPU of a settling peer's exchanges delays their messages (Network's path) but takes no share
+// of the cores from the others. Looked at after every event that may have changed it.
 void Simulation::Impl::update_cpu(Peer& p) {
   std::uint32_t w = 0;
   if (s.training && p.exists) {
     if (p.state == PeerState::Pending) w = kLoadWeight;
-    else if (p.running() && (!p.waiting || p.state == PeerState::Settling)) w = kTrainWeight;
+    else if (p.running() && !p.waiting) w = kTrainWeight;
   }
   cpu_weight = cpu_weight + w - p.cpu;
   p.cpu = w;

@@ -206,7 +206,8 @@ struct Scenario {
   // > 0: every peer runs on one machine with this many cores (the quickstart: 4 peers, 2
   // cores): a step, its exchange CPU and an evaluation take longer by the peer's fair share
   // of the cores, max(1, W / (335 cores)), W = the scheduler weights of what runs: 335 for a
-  // peer training, evaluating or settling (rumor-peer's compute thread is at nice 5), 1024 for
+  // peer training or evaluating (rumor-peer's compute thread is at nice 5; a settling one only
+  // while it is not waiting between exchanges), 1024 for
   // one loading its data (nice 0). docs/sim.md.
   double shared_cores = 0;
   // > 0 (with shared_cores): the cores are shared by time slices, not evenly at every instant.

@@ -490,6 +490,30 @@ TEST_CASE("compute: turns at random (the default) keep every peer's share, and t
   CHECK_THROWS_WITH_AS(scn(kShared, {"compute.turns=sometimes"}), doctest::Contains("compute.turns"), std::exception);
 }
 
+TEST_CASE("compute: a settling peer between its exchanges leaves the cores to those still training") {
+  // 4 peers on 2 cores, 500 steps of 1 ms each, p3 twice as slow from the start. All four
+  // busy: steps of 2 ms (p3: 4 ms), so p0-p2 finish at about 1 s with p3 at step 250. They
+  // then settle for up to 5 s, but a settling peer waits between its exchanges (rumor-peer's
+  // compute thread sleeps in the inbox), so p3 has a core of its own: its last 250 steps take
+  // 2 ms each and it finishes at about 1.5 s, not 2 s as when settling peers took a share.
+  const Scenario sc = scn(
+      "[run]\npeers = 4\nsettle = 5\n[workload]\nkind = quadratic\ndim = 8\nlr = 0.01\nsteps = 500\n"
+      "[compute]\nstep_time = 1ms\nshared_cores = 2\nstraggler = p3 at 0 x2\n[network]\nlatency = 50us\n");
+  Simulation sim(sc);
+  sim.run();
+  std::map<std::string, double> trained;  // the time each peer's training ended (its settle row)
+  std::istringstream in(sim.events_csv());
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find(','), b = line.find(',', a + 1);
+    if (line.compare(b + 1, 7, "settle,") == 0) trained[line.substr(a + 1, b - a - 1)] = std::stod(line.substr(0, a));
+  }
+  REQUIRE(trained.size() == 4);
+  MESSAGE("training ended at p0 " << trained["p0"] << " s, p3 " << trained["p3"] << " s");
+  CHECK(trained["p0"] == doctest::Approx(1.0).epsilon(0.1));
+  CHECK(trained["p3"] == doctest::Approx(1.5).epsilon(0.1));
+  CHECK(trained["p3"] < 1.75);
+}
+
 TEST_CASE("compute: a CPU cap as a CFS quota (cpu_period) computes in windows: the same pace, longer round trips") {
   // 4 peers at 0.3 of a core: 1 ms of a whole core per step, so 3.3 ms on average. With
   // cpu_period = 100ms each computes at full speed for 30 ms in every 100 and not at all in
