@@ -236,7 +236,11 @@ static double in_windows(double start, double work, double on, double period, do
 // their length, averaged 4.5 ms; time_slice 4 ms and f 2 give 4 ms random, 2 ms periodic.)
 double Simulation::Impl::end_in_turns(Peer& p, double start, double work, double f) {
   auto& w = p.turns;
-  const double on = s.time_slice, off = (f - 1) * s.time_slice;
+  // A wait from `t` (none if `wait` is false), then the turn after it, both scaled by `e`.
+  const auto push = [&](double t, double e, bool wait) {
+    const double from = wait ? t + (f - 1) * s.time_slice * e : t;
+    w.emplace_back(from, from + s.time_slice * e);
+  };
   while (p.turn_head < w.size() && w[p.turn_head].second <= start) ++p.turn_head;
   if (p.turn_head == w.size()) {
     // None drawn reaches `start` (the peer was idle, or this is its first work): where it
@@ -244,19 +248,14 @@ double Simulation::Impl::end_in_turns(Peer& p, double start, double work, double
     w.clear();
     p.turn_head = 0;
     const double e = p.turn_rng.exponential(1.0);
-    const double from = p.turn_rng.uniform() * f < 1.0 ? start : start + off * e;
-    w.emplace_back(from, from + on * e);
+    push(start, e, p.turn_rng.uniform() * f >= 1.0);
   } else if (p.turn_head > 32) {
     w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(p.turn_head));
     p.turn_head = 0;
   }
   double t = start, left = work;
   for (std::size_t i = p.turn_head;; ++i) {
-    if (i == w.size()) {
-      const double e = p.turn_rng.exponential(1.0);
-      const double from = w.back().second + off * e;
-      w.emplace_back(from, from + on * e);
-    }
+    if (i == w.size()) push(w.back().second, p.turn_rng.exponential(1.0), true);
     const double from = std::max(t, w[i].first), to = w[i].second;
     if (from < to) {
       if (left <= to - from) return from + left;

@@ -68,6 +68,29 @@ double relative_sd(const std::vector<double>& d, double mean) {
   return std::sqrt(var / static_cast<double>(d.size())) / mean;
 }
 
+// Steps `t` for `secs` of wall time: the mean step and the steps' relative spread. A
+// window, not a count, so that processes measuring at once contend for the cores from its
+// start to its end. (A fixed count of steps each let the first to finish leave the others
+// fewer competitors: 4 processes measured 1.5x to 2.4x one alone on 2 cores, run to run, and
+// the simulated quickstart moved with it by tens of percent.)
+struct StepTiming {
+  double mean = 0, sd = 0;
+};
+StepTiming timed_steps(Trainer& t, double secs) {
+  std::vector<double> d;
+  const auto start = Clock::now(), end = start + seconds(secs);
+  for (auto t0 = start; t0 < end;) {
+    t.step();
+    const auto t1 = Clock::now();
+    d.push_back(std::chrono::duration<double>(t1 - t0).count());
+    t0 = t1;
+  }
+  StepTiming r;
+  r.mean = since(start) / static_cast<double>(d.size());
+  r.sd = relative_sd(d, r.mean);
+  return r;
+}
+
 struct ChildResult {
   double step_mean = 0, step_sd = 0, exchange = 0, eval = 0;
   double slice = 0;  // the mean run between two waits for a core, spinning
@@ -113,22 +136,9 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   ChildResult r;
   barrier();
   for (int i = 0; i < 20; ++i) t.step();
-  // Every process steps for the same window of wall time, so all `procs` contend for the
-  // cores from its start to its end. (A fixed count of steps each let the first to finish
-  // leave the others fewer competitors: 4 processes measured 1.5x to 2.4x one alone on 2
-  // cores, run to run, and the simulated quickstart moved with it by tens of percent.)
-  std::vector<double> d;
-  const auto t_steps = Clock::now();
-  const auto steps_end = t_steps + seconds(c.step_seconds);
-  for (auto t0 = t_steps; t0 < steps_end;) {
-    t.step();
-    const auto t1 = Clock::now();
-    d.push_back(std::chrono::duration<double>(t1 - t0).count());
-    t0 = t1;
-  }
-  const double total = since(t_steps);
-  r.step_mean = total / static_cast<double>(d.size());
-  r.step_sd = relative_sd(d, r.step_mean);
+  const StepTiming st = timed_steps(t, c.step_seconds);  // the same window in every process
+  r.step_mean = st.mean;
+  r.step_sd = st.sd;
   barrier();
   // One payload message, both ends, in user space: snapshot copy and frame hash on the way
   // out; hash check, finiteness, distance and mix on the way in. (The kernel's socket copies
@@ -300,17 +310,9 @@ Calibration calibrate(const CalibrationConfig& c, std::ostream& log) {
     tc.batch = c.batch;
     Trainer t(tc, std::make_shared<Dataset>(shards[0]), shards[0].dim, static_cast<std::size_t>(shards[0].classes));
     for (int i = 0; i < 10; ++i) t.step();
-    std::vector<double> d;
-    const auto t0 = Clock::now();
-    const auto end = t0 + seconds(c.single_seconds);
-    for (auto t1 = t0; t1 < end;) {
-      t.step();
-      const auto t2 = Clock::now();
-      d.push_back(std::chrono::duration<double>(t2 - t1).count());
-      t1 = t2;
-    }
-    out.single_step_time = since(t0) / static_cast<double>(d.size());
-    out.single_step_sd = relative_sd(d, out.single_step_time);
+    const StepTiming st = timed_steps(t, c.single_seconds);
+    out.single_step_time = st.mean;
+    out.single_step_sd = st.sd;
   }
   {
     // The quickstart's joiners: launched once the first peer listens, they load the data at
