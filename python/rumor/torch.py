@@ -11,7 +11,8 @@ The flat layout and the fingerprint (rumor/fingerprint.py):
     Python peer and `rumor-peer --model mlp:256,128` average the same numbers;
   - any other model: its parameters, then its floating-point buffers (BatchNorm statistics),
     in named_parameters()/named_buffers() order, each flattened as it is in memory; the
-    fingerprint lists every name and shape.
+    fingerprint lists every name and shape. Normalisation layers' running statistics travel
+    (state transfer, hand-over) but a mix does not land in them: each peer keeps its own.
 CPU tensors go through numpy views of the buffer (no copy but the one into place); CUDA tensors
 through a pinned host buffer, with an explicit synchronize before the C++ side reads it.
 """
@@ -78,6 +79,7 @@ class ModelLayout:
         if fingerprint not in ("auto", "torch") and not isinstance(fingerprint, str):
             raise ValueError("fingerprint must be 'auto', 'torch' or a string")
         self.entries = []  # (name, tensor, offset, numel, transposed)
+        self._variance_ids = set()
         dense = _dense_widths(model) if (model is not None and fingerprint == "auto") else None
         off = 0
         if dense is not None:
@@ -114,6 +116,25 @@ class ModelLayout:
             self.fingerprint = (torch_fingerprint([(n, tuple(t.shape)) for n, t, *_ in self.entries])
                                 if fingerprint in ("auto", "torch") else fingerprint)
         self.size = off
+        # Normalisation layers' running statistics (BatchNorm, InstanceNorm with running stats)
+        # travel in the flat buffer (a joiner's state transfer and a leaver's hand-over carry
+        # them) but a mix does not land in them: each peer keeps the running mean and variance
+        # of its own batches under its own, mixed, weights, as its BatchNorm computes them. Mixed
+        # through a lossy codec they took the block's quantisation error (int8's and int4's
+        # blocks share one scale with the weights and means beside them), and nothing refreshed
+        # them after training: a 4-peer torch CNN at int8 ended one peer at test accuracy 0.10
+        # (loss NaN: a variance below zero), and at int4 two peers at 0.63-0.64 (loss 22) after
+        # settling (docs/python.md). A state transfer's variances are clamped at 0.
+        stats = set()
+        if model is not None:
+            for mod in model.modules():
+                if isinstance(mod, torch.nn.modules.batchnorm._NormBase):
+                    stats |= {id(b) for b in (mod.running_mean, mod.running_var) if b is not None}
+                    if mod.running_var is not None:
+                        self._variance_ids.add(id(mod.running_var))
+        self.statistics = [name for name, t, *_ in self.entries if id(t) in stats]
+        self._stat_ids = stats
+        self.variances = [t for _, t, *_ in self.entries if id(t) in self._variance_ids]
         self._signature = self._sign()
         self.check()
         # Tensors off the CPU go through a host staging buffer (pinned where CUDA is): the C++
@@ -197,17 +218,24 @@ class ModelLayout:
         for t, v in self._views(src):
             t.copy_(v, non_blocking=t.is_cuda)
         self._synchronize()  # the staging buffer is free again
+        self._clamp_variances()
 
     @torch.no_grad()
     def add(self, delta):
-        """Live parameters += delta (a numpy float32 array in the flat layout)."""
+        """Live parameters += delta (a numpy float32 array in the flat layout); normalisation
+        layers' running statistics stay the peer's own (self.statistics)."""
         d = torch.from_numpy(delta)
         if self._staged:
             self._host.copy_(d)
             d = self._host
         for t, v in self._views(d):
-            t.add_(v.to(t.device, non_blocking=t.is_cuda) if t.device != v.device else v)
+            if id(t) not in self._stat_ids:
+                t.add_(v.to(t.device, non_blocking=t.is_cuda) if t.device != v.device else v)
         self._synchronize()  # the uploads have landed: the staging buffer is free again
+
+    def _clamp_variances(self):
+        for t in self.variances:
+            t.clamp_(min=0)
 
 
 class OptimizerStateWarning(UserWarning):
