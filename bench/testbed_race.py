@@ -12,8 +12,8 @@ p0's accuracy against wall time, real (solid) and simulated (dashed), one panel 
 With --ddp FORMS (default plain,powersgd,postlocal) and --ddp-scenarios, torch DDP runs too, one
 rank per namespace (bench/testbed_ddp.py: gloo, the scenario's MLP and recipe), in --ddp-rounds
 rounds, with rumor-sim's `allreduce` prediction beside plain DDP (with torch's step time from
-bench/torch_calibrate.py; it has no model of rank 0's evaluations, which hold every rank, and the
-other two forms have no model in the simulator).
+bench/torch_calibrate.py, every rank starting once loaded, and rank 0's evaluations holding every
+rank at the next all-reduce; the other two forms have no model in the simulator).
 
 With --python, Rumor's Python peers race too (run.sh --peer-cmd python: examples/
 torch_quickstart.py --worker, rumor.torch.GossipOptimizer with the scenario's recipe and loop
@@ -136,7 +136,9 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=
         if more:
             f.write(f"include = {os.path.abspath(more)}\n")
         if allreduce:  # DDP's ring all-reduce of the gradient every step
-            f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n[output]\npeer_evals = off\n")
+            # rank 0 evaluates during training, every rank at the end (bench/testbed_ddp.py)
+            f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n"
+                    "[output]\npeer_evals = on\ntrain_evals = p0\n")
     subprocess.run([os.path.join(build, "sim", "rumor-sim"), ini, "--out", out, "--seed", str(seed)]
                    + [a for kv in sets for a in ("--set", kv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -145,7 +147,9 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=
 
 def read_sim(out, target, allreduce):
     summ = json.load(open(os.path.join(out, "summary.json")))
-    if allreduce:
+    with open(os.path.join(out, "events.csv")) as f:
+        rank_evals = any(row["peer"] == "p0" and row["event"] == "eval" for row in csv.DictReader(f))
+    if allreduce and not rank_evals:  # a prediction made before the allreduce's rank evaluations
         rows = list(csv.DictReader(open(os.path.join(out, "timeseries.csv"))))
         curve = [(float(r["time"]), float(r["test_acc"])) for r in rows]
         final = curve[-1][1] if curve else None

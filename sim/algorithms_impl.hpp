@@ -48,6 +48,7 @@ struct AlgorithmRun::Impl {
   std::size_t P = 0;
   std::uint64_t B = 0;  // bytes of one model message
   std::uint64_t R = 0;  // steps per peer (0: until run.duration)
+  std::uint64_t rounds_per_epoch = 0;  // of the mean shard (model workloads with epochs)
   double now = 0;
   std::uint64_t round = 0;
   Totals totals;
@@ -114,7 +115,10 @@ struct AlgorithmRun::Impl {
       compute_rng.push_back(root.fork(streams::kComputeBase + i).fork(0));
       peers.push_back(work->make_peer(i, 0));
     }
-    clock.assign(n, 0.0);
+    // Every worker starts once it has loaded (compute.start): a synchronous round waits for
+    // the last, as DDP's first all-reduce waits for every rank.
+    clock.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) clock[i] = s.classes[class_of_[i]].start;
     // Steps per peer: workload.steps, else epochs of the mean shard, else until run.duration,
     // else 5 epochs (the gossip simulator's default).
     if (s.loop.steps > 0) {
@@ -123,6 +127,7 @@ struct AlgorithmRun::Impl {
       double rows = 0;
       for (std::uint32_t i = 0; i < n; ++i) rows += static_cast<double>(work->shard_rows(i));
       const double per_epoch = std::ceil(rows / n / static_cast<double>(s.batch));
+      rounds_per_epoch = static_cast<std::uint64_t>(per_epoch);
       R = static_cast<std::uint64_t>(std::ceil(s.loop.epochs * per_epoch));
     } else if (s.duration <= 0 && s.loop.duration_s <= 0) {
       throw std::invalid_argument(std::string("algorithm.kind = ") + algorithm_name(s.algorithm) +
@@ -372,11 +377,47 @@ struct AlgorithmRun::Impl {
 
   void run_async();  // algorithms_servers.cpp
 
+  // ---------------------------------------------------------------- evaluations
+  // output.peer_evals = on (the round algorithms): the workers evaluate as a DDP script's ranks
+  // do (bench/testbed_ddp.py): those in output.train_evals (all by default) before the first
+  // round, and every loop.eval_every rounds (0: each epoch) while rounds remain, each holding
+  // its worker for its class's eval_time, so that the next synchronous round waits for it (DDP's
+  // rank 0 evaluating holds every rank at the next all-reduce); then every worker once at the
+  // end. Each evaluation's "eval" event is at its end, when a real rank writes its line; each
+  // worker's "done" event carries its final test accuracy and a 1/n share of the bytes.
+  bool evaluates_in_training(std::uint32_t i) const {
+    return !s.train_evals || std::binary_search(s.train_evals->begin(), s.train_evals->end(), i);
+  }
+  bool evaluations_due() const {
+    const std::uint64_t every = s.loop.eval_every ? s.loop.eval_every : rounds_per_epoch;
+    return every > 0 && round % every == 0 && !stop();
+  }
+  void evaluate_workers(bool last) {
+    double end = now;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!last && !evaluates_in_training(i)) continue;
+      const EvalResult r = work->evaluate(peers[i]->params());
+      clock[i] = std::max(clock[i], now) + s.classes[class_of_[i]].eval_time;
+      const double epochs = rounds_per_epoch ? static_cast<double>(round) / static_cast<double>(rounds_per_epoch) : 0.0;
+      event(clock[i], i, "eval", "", peer_steps(i), r.accuracy, fmt::format("loss={:.6f} epoch={:.4f}", r.loss, epochs));
+      if (last)
+        event(clock[i], i, "done", "", peer_steps(i), clock[i] - s.classes[class_of_[i]].start,
+              fmt::format("test_acc={:.6f} loss={:.6f} bytes_sent={}", r.accuracy, r.loss, totals.bytes / n));
+      end = std::max(end, clock[i]);
+    }
+    if (last) advance_to(end);
+  }
+
   void run() {
     if (s.algorithm == Algorithm::PsAsync || s.algorithm == Algorithm::PsSsp) {
       run_async();
     } else {
-      while (!stop()) run_round();
+      if (s.peer_evals) evaluate_workers(false);
+      while (!stop()) {
+        run_round();
+        if (s.peer_evals && evaluations_due()) evaluate_workers(false);
+      }
+      if (s.peer_evals) evaluate_workers(true);
     }
     // The last rows: every sample time up to now, and one at the end.
     advance_to(now);

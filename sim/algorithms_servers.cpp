@@ -63,7 +63,7 @@ void AlgorithmRun::Impl::run_async() {
   const auto may_step = [&](std::uint32_t w) {
     return static_cast<double>(ps_clock[w]) <= static_cast<double>(min_clock()) + bound;
   };
-  for (std::uint32_t w = 0; w < n; ++w) start_step(w, 0.0);
+  for (std::uint32_t w = 0; w < n; ++w) start_step(w, s.classes[class_of_[w]].start);  // once loaded
   std::uint32_t finished = 0;
   while (!q.empty() && finished < n) {
     const Ev e = q.pop();

@@ -307,7 +307,15 @@ void Simulation::Impl::peer_eval(Peer& p) {
   const EvalResult r = work->evaluate(p.model->params());
   p.final_acc = r.accuracy;
   p.final_loss = r.loss;
-  log(p, "eval", "", peer_steps(p), r.accuracy, fmt::format("loss={:.6f} epoch={:.4f}", r.loss, s.training ? p.model->epochs_done() : 0.0));
+  p.eval_pending = true;  // logged when the pause ends (log_eval)
+  p.eval_steps = peer_steps(p);
+  p.eval_detail = fmt::format("loss={:.6f} epoch={:.4f}", r.loss, s.training ? p.model->epochs_done() : 0.0);
+}
+
+void Simulation::Impl::log_eval(Peer& p) {
+  if (!p.eval_pending) return;
+  p.eval_pending = false;
+  log(p, "eval", "", p.eval_steps, p.final_acc, p.eval_detail);
 }
 
 // An evaluation holds the peer (inputs wait) for the class's eval_time.
@@ -338,6 +346,7 @@ void Simulation::Impl::exit_peer(Peer& p) {
 void Simulation::Impl::drop_process(Peer& p) {
   release_inbox(p);
   p.busy = false;
+  p.eval_pending = false;  // killed mid-evaluation: the line is never written
   p.waiting = false;
   p.stepping = false;
   p.loop.reset();

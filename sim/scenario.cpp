@@ -273,7 +273,9 @@ class Builder {
     if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
     if (s.loop.gossip.local_steps == 0)
       fail(aw, "gossip.local_steps", alg + ": local_steps = auto is only simulated for gossip (give the rounds' period)");
-    if (s.peer_evals) fail(aw, "output.peer_evals", alg + ": per-peer evaluations are only simulated for gossip");
+    if (s.peer_evals && (s.algorithm == Algorithm::PsAsync || s.algorithm == Algorithm::PsSsp))
+      fail(aw, "output.peer_evals", alg + ": per-worker evaluations are simulated for gossip and the round algorithms, "
+           "not for the asynchronous parameter servers");
     const std::uint32_t n = s.founders;
     if (uses_topology(s.algorithm)) {
       if (s.topology == Topology::RandomRegular && (s.degree >= n || (static_cast<std::uint64_t>(n) * s.degree) % 2 != 0))

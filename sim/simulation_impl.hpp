@@ -133,6 +133,11 @@ struct Peer {
   double started_at = 0, step_end_at = 0, step_seconds = 0, pending_cpu = 0, last_loss = 0;
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
   double final_acc = kNaN, final_loss = kNaN;
+  // An evaluation in progress: its "eval" line waits for the pause's end (Resume), as the
+  // daemon and the Python peers write theirs once the test set is done.
+  bool eval_pending = false;
+  std::uint64_t eval_steps = 0;
+  std::string eval_detail;
   // Faults (sim/faults.hpp): this life's step-time factor (slow) and clock rate (clock_skew);
   // a stall in progress; the model a fault crash left behind, for a restart (a checkpoint).
   double slow = 1, rate = 1;
@@ -243,6 +248,7 @@ struct Simulation::Impl {
   void tick(Peer& p);
   double draw_step(Peer& p);
   void peer_eval(Peer& p);
+  void log_eval(Peer& p);  // the pending evaluation's "eval" line, at the pause's end
   void pause(Peer& p);
   void exit_peer(Peer& p);
   void drop_process(Peer& p);

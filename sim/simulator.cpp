@@ -264,6 +264,7 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
       break;
     case EventKind::Resume:
       if (p.running()) {
+        log_eval(p);
         p.busy = false;
         act(p);
       }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numbers>
 #include <sstream>
 #include <string>
@@ -262,6 +263,47 @@ TEST_CASE("algorithms: ring all-reduce and synchronous server times and bytes fo
   AlgorithmRun slow(scn(kTrain, {"algorithm.kind=ps_sync", "algorithm.server_bandwidth=100Mbit"}));
   slow.run();
   CHECK(slow.now() == doctest::Approx(30 * (0.01 + 2 * 8 * B / 1.25e7 + 2 * 1e-3)).epsilon(1e-9));
+}
+
+TEST_CASE("algorithms: all-reduce ranks start once loaded, and rank 0's evaluations hold every rank") {
+  // As a DDP script on the testbed (bench/testbed_ddp.py): every rank loads for compute.start,
+  // rank 0 evaluates before the first step and every eval_every steps (eval_time each), and the
+  // next all-reduce waits for it; every rank evaluates once at the end.
+  const std::vector<std::string> sets = {"algorithm.kind=allreduce", "compute.start=0.5", "compute.eval_time=0.2",
+                                         "output.eval_every=10", "output.peer_evals=on", "output.train_evals=p0"};
+  AlgorithmRun run(scn(kTrain, sets));
+  run.run();
+  const double t_ar = 2.0 * 7 / 8 * static_cast<double>(run.message_bytes()) / 1.25e8 + 2.0 * 7 * 1e-3;
+  // start, rank 0's evaluations at steps 0, 10 and 20, 30 rounds, every rank's final one
+  CHECK(run.now() == doctest::Approx(0.5 + 3 * 0.2 + 30 * (0.01 + t_ar) + 0.2).epsilon(1e-9));
+  std::istringstream in(run.events_csv());
+  std::map<std::string, int> evals, done;
+  std::vector<double> p0_times;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    if (f.size() < 7) continue;
+    if (f[2] == "eval") ++evals[f[1]];
+    if (f[2] == "eval" && f[1] == "p0") p0_times.push_back(std::stod(f[0]));
+    if (f[2] == "done" && !f[1].empty()) {
+      ++done[f[1]];
+      CHECK(f[6].find("test_acc=") == 0);
+    }
+  }
+  CHECK(evals["p0"] == 4);
+  CHECK(evals["p3"] == 1);
+  CHECK(done.size() == 8);
+  REQUIRE(p0_times.size() == 4);
+  CHECK(p0_times[0] == doctest::Approx(0.7));  // loaded, then evaluated step 0
+  CHECK(p0_times[1] == doctest::Approx(0.7 + 10 * (0.01 + t_ar) + 0.2));
+  // The model is the same whatever the clocks: evaluations cost time, not arithmetic.
+  AlgorithmRun plain(scn(kTrain, {"algorithm.kind=allreduce"}));
+  plain.run();
+  CHECK(plain.global_params() == run.global_params());
+  CHECK(plain.now() == doctest::Approx(30 * (0.01 + t_ar)).epsilon(1e-9));
+  CHECK_THROWS_WITH_AS(scn(kTrain, {"algorithm.kind=ps_async", "output.peer_evals=on"}),
+                       doctest::Contains("asynchronous parameter servers"), std::exception);
 }
 
 TEST_CASE("algorithms: D-PSGD on the complete graph with uniform weights (ATC) is centralized SGD") {

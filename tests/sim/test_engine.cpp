@@ -208,6 +208,14 @@ eval_every = 20
   CHECK(evals_of(p0.ev, "p2") == 1);
   CHECK(p0.sum.find("\"virtual_time\"") != std::string::npos);
   CHECK_THROWS_WITH_AS(scn(text, {"output.train_evals=p7"}), doctest::Contains("output.train_evals"), std::exception);
+  // An "eval" event is at the evaluation's end, where a real peer writes its line: p0's first,
+  // at training's start (a few ms in), comes eval_time (20 ms) later.
+  std::istringstream in(p0.ev);
+  double first = -1;
+  for (std::string line; std::getline(in, line) && first < 0;)
+    if (line.find(",p0,eval,") != std::string::npos) first = std::stod(line);
+  CHECK(first >= 0.02);
+  CHECK(first < 0.03);
 }
 
 TEST_CASE("engine: training off, consensus falls to zero and float32 mixing keeps the mean") {
