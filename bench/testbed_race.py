@@ -147,14 +147,6 @@ def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=
 
 def read_sim(out, target, allreduce):
     summ = json.load(open(os.path.join(out, "summary.json")))
-    with open(os.path.join(out, "events.csv")) as f:
-        rank_evals = any(row["peer"] == "p0" and row["event"] == "eval" for row in csv.DictReader(f))
-    if allreduce and not rank_evals:  # a prediction made before the allreduce's rank evaluations
-        rows = list(csv.DictReader(open(os.path.join(out, "timeseries.csv"))))
-        curve = [(float(r["time"]), float(r["test_acc"])) for r in rows]
-        final = curve[-1][1] if curve else None
-        return {"ok": True, "t_target": first_at(curve, target), "acc_min": final, "acc_max": final,
-                "mb": summ["bytes"] / int(rows[-1]["peers"]) / 1e6, "wall": summ["virtual_time"], "curve": curve}
     curve, finals = [], []
     with open(os.path.join(out, "events.csv")) as f:
         for row in csv.DictReader(f):
@@ -164,6 +156,12 @@ def read_sim(out, target, allreduce):
                 m = re.search(r"test_acc=([0-9.]+)", row["detail"])
                 if m:
                     finals.append(float(m.group(1)))
+    if allreduce and not curve:  # a prediction made before the allreduce's rank evaluations
+        rows = list(csv.DictReader(open(os.path.join(out, "timeseries.csv"))))
+        curve = [(float(r["time"]), float(r["test_acc"])) for r in rows]
+        final = curve[-1][1] if curve else None
+        return {"ok": True, "t_target": first_at(curve, target), "acc_min": final, "acc_max": final,
+                "mb": summ["bytes"] / int(rows[-1]["peers"]) / 1e6, "wall": summ["virtual_time"], "curve": curve}
     peers = len(finals) or 4
     return {
         "ok": True,

@@ -394,11 +394,11 @@ struct AlgorithmRun::Impl {
   }
   void evaluate_workers(bool last) {
     double end = now;
+    const double epochs = rounds_per_epoch ? static_cast<double>(round) / static_cast<double>(rounds_per_epoch) : 0.0;
     for (std::uint32_t i = 0; i < n; ++i) {
       if (!last && !evaluates_in_training(i)) continue;
       const EvalResult r = work->evaluate(peers[i]->params());
       clock[i] = std::max(clock[i], now) + s.classes[class_of_[i]].eval_time;
-      const double epochs = rounds_per_epoch ? static_cast<double>(round) / static_cast<double>(rounds_per_epoch) : 0.0;
       event(clock[i], i, "eval", "", peer_steps(i), r.accuracy, fmt::format("loss={:.6f} epoch={:.4f}", r.loss, epochs));
       if (last)
         event(clock[i], i, "done", "", peer_steps(i), clock[i] - s.classes[class_of_[i]].start,

@@ -79,7 +79,6 @@ class ModelLayout:
         if fingerprint not in ("auto", "torch") and not isinstance(fingerprint, str):
             raise ValueError("fingerprint must be 'auto', 'torch' or a string")
         self.entries = []  # (name, tensor, offset, numel, transposed)
-        self._variance_ids = set()
         dense = _dense_widths(model) if (model is not None and fingerprint == "auto") else None
         off = 0
         if dense is not None:
@@ -125,16 +124,16 @@ class ModelLayout:
         # them after training: a 4-peer torch CNN at int8 ended one peer at test accuracy 0.10
         # (loss NaN: a variance below zero), and at int4 two peers at 0.63-0.64 (loss 22) after
         # settling (docs/python.md). A state transfer's variances are clamped at 0.
-        stats = set()
+        stats, variances = set(), set()
         if model is not None:
             for mod in model.modules():
                 if isinstance(mod, torch.nn.modules.batchnorm._NormBase):
                     stats |= {id(b) for b in (mod.running_mean, mod.running_var) if b is not None}
                     if mod.running_var is not None:
-                        self._variance_ids.add(id(mod.running_var))
+                        variances.add(id(mod.running_var))
         self.statistics = [name for name, t, *_ in self.entries if id(t) in stats]
         self._stat_ids = stats
-        self.variances = [t for _, t, *_ in self.entries if id(t) in self._variance_ids]
+        self.variances = [t for _, t, *_ in self.entries if id(t) in variances]
         self._signature = self._sign()
         self.check()
         # Tensors off the CPU go through a host staging buffer (pinned where CUDA is): the C++
@@ -218,7 +217,8 @@ class ModelLayout:
         for t, v in self._views(src):
             t.copy_(v, non_blocking=t.is_cuda)
         self._synchronize()  # the staging buffer is free again
-        self._clamp_variances()
+        for t in self.variances:
+            t.clamp_(min=0)
 
     @torch.no_grad()
     def add(self, delta):
@@ -232,10 +232,6 @@ class ModelLayout:
             if id(t) not in self._stat_ids:
                 t.add_(v.to(t.device, non_blocking=t.is_cuda) if t.device != v.device else v)
         self._synchronize()  # the uploads have landed: the staging buffer is free again
-
-    def _clamp_variances(self):
-        for t in self.variances:
-            t.clamp_(min=0)
 
 
 class OptimizerStateWarning(UserWarning):
