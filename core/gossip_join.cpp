@@ -143,7 +143,9 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
       // Partial views keep only their members: news of others is not ours to hold, except
       // the sender's own digest (first: a peer that reached us is a passive candidate) and up
       // to kFreshPerMessage others, which keep the passive view a fresh random sample of the
-      // swarm between shuffles (as Cyclon's exchanges do).
+      // swarm between shuffles (as Cyclon's exchanges do). Not fewer: with one, 10,000 peers
+      // averaged twice as slowly in the middle of a run, which n = 200 does not show
+      // (docs/sim.md "Partial views").
       if (i == 0 || (learnt < kFreshPerMessage && d.state == MemberState::Alive)) {
         learnt += i > 0;
         overlay_learn(d, nullptr);

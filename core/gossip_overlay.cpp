@@ -219,7 +219,18 @@ std::optional<PeerId> Gossip::overlay_partner(Partners partners) {
       (preferred ? good : finished).push_back(id);
     }
   };
-  scan(fresh ? overlay_->passive() : overlay_->active());
+  const std::vector<PeerId>& first = fresh ? overlay_->passive() : overlay_->active();
+  // Most members are good: a few random draws find one without looking up the whole view (a
+  // partner drawn this way is uniform over the good ones, as below); only when they all miss
+  // is the view scanned (and then the other view).
+  for (int tries = 0; tries < 4 && !first.empty(); ++tries) {
+    const PeerId& id = first[env_.rng().below(first.size())];
+    const Member* m = view_.find(id);
+    if (m && m->d.state == MemberState::Alive && !m->d.done && !m->screened && m->skip_until <= now &&
+        find_out(id) == npos && !answering(id) && (partners != Partners::Useful || useful(*m)))
+      return id;
+  }
+  scan(first);
   if (good.empty()) scan(fresh ? overlay_->active() : overlay_->passive());
   if (!good.empty()) return good[env_.rng().below(good.size())];
   if (!anyone_preferred && !finished.empty()) return finished[env_.rng().below(finished.size())];

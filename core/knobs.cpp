@@ -153,7 +153,7 @@ const Knob kKnobs[] = {
     {"join_retry", "gossip", T::Seconds, 0.01, 600, nullptr, "s", kTune,
      "Seconds between join requests to the join list until one answers", kAll, RUMOR_FIELD(gossip.join_retry_s)},
     {"digest_limit", "gossip", T::Count, 1, 100000, nullptr, "members", kTune,
-     "Members piggybacked on every message (membership gossip)", kAll, RUMOR_FIELD(gossip.digest_limit)},
+     "Members piggybacked on every message (membership gossip; partial views send 6 at most: their own, 2 recent changes, 3 sampled)", kAll, RUMOR_FIELD(gossip.digest_limit)},
     {"state_timeout", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kTune,
      "Seconds a state-transfer chunk may take before another member is asked", kAll,
      RUMOR_FIELD(gossip.state_timeout_s)},

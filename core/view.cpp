@@ -60,6 +60,8 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now, Membe
     if (added.d.state == MemberState::Alive) {
       added.alive_pos = alive_.size();
       alive_.push_back(&added);
+    } else {
+      add_news(&added);
     }
     live_count_ += added.live();
     live_trainers_ += added.live_trainer();
@@ -128,6 +130,19 @@ void View::state_changed(Member& m, MemberState before) {
     m.alive_pos = alive_.size();
     alive_.push_back(&m);
   }
+  if (is_alive) drop_news(&m);
+  else if (m.d.state != before) add_news(&m);
+}
+
+void View::add_news(Member* m) {
+  drop_news(m);
+  if (news_.size() == kNews) news_.erase(news_.begin());
+  news_.push_back(m);
+}
+
+void View::drop_news(const Member* m) {
+  const auto it = std::find(news_.begin(), news_.end(), m);
+  if (it != news_.end()) news_.erase(it);
 }
 
 bool View::erase(const PeerId& id) {
@@ -159,6 +174,7 @@ void View::erase_at(std::size_t slot) {
     last->alive_pos = m.alive_pos;
     alive_.pop_back();
   }
+  drop_news(&m);
   // all_ keeps the order learnt (digest()'s sampling reads it): remove in place.
   all_.erase(std::find(all_.begin(), all_.end(), &m));
   const auto pos = sorted_place(m.d.id, id_key(m.d.id));
@@ -309,6 +325,38 @@ std::vector<MemberDigest> View::digest(std::size_t limit, Rng& rng) const {
     put(i, vj);
     put(j, vi);
     out.push_back(all_[vj]->d);
+  }
+  return out;
+}
+
+std::vector<MemberDigest> View::digest_partial(std::size_t limit, std::size_t news, std::size_t sample, Rng& rng) const {
+  std::vector<MemberDigest> out;
+  out.reserve(1 + news + sample);
+  out.push_back(self_);
+  const auto full = [&] { return out.size() >= limit; };
+  const auto has = [&](const PeerId& id) {
+    return std::any_of(out.begin() + 1, out.end(), [&](const MemberDigest& x) { return x.id == id; });
+  };
+  // News: a uniform `news` of the recent changes (all of them when fewer).
+  std::size_t picked = 0;
+  std::uint64_t taken = 0;  // bit i: news_[i] already in
+  while (picked < std::min(news, news_.size()) && !full()) {
+    std::size_t i = rng.below(news_.size() - picked);
+    for (std::size_t j = 0;; ++j)  // the i-th not yet taken
+      if (!(taken >> j & 1) && i-- == 0) {
+        taken |= std::uint64_t{1} << j;
+        out.push_back(news_[j]->d);
+        break;
+      }
+    ++picked;
+  }
+  // The sample: distinct members, uniform over the view, news already in skipped (a view
+  // smaller than news + sample gives them all).
+  const std::size_t n = all_.size();
+  const std::size_t want = std::min(sample, n - std::min(n, picked));
+  for (std::size_t tries = 0; out.size() < 1 + picked + want && !full() && tries < 8 * (want + 1); ++tries) {
+    const Member* m = all_[rng.below(n)];
+    if (!has(m->d.id)) out.push_back(m->d);
   }
   return out;
 }

@@ -289,6 +289,71 @@ TEST_CASE("view: the Alive list and live count follow every merge and local deci
   }
 }
 
+TEST_CASE("view: the partial views' digest spreads the latest changes first, then a distinct sample") {
+  // View::digest_partial (Gossip::digest with partial views): ourselves, up to `news` of the
+  // members that most recently stopped being Alive (View::kNews kept), then `sample` others.
+  View v(MemberDigest{"self", 1, MemberState::Alive, 0});
+  Rng rng(5);
+  for (int i = 0; i < 60; ++i) v.merge(MemberDigest{"m" + std::to_string(i), 1, MemberState::Alive, 0}, 0);
+  // Quiet: no news, a distinct uniform sample of 3.
+  std::map<PeerId, int> seen;
+  for (int i = 0; i < 3000; ++i) {
+    const auto d = v.digest_partial(32, 2, 3, rng);
+    REQUIRE(d.size() == 4);
+    CHECK(d[0].id == "self");
+    REQUIRE(std::set<PeerId>{d[1].id, d[2].id, d[3].id}.size() == 3);
+    for (std::size_t j = 1; j < d.size(); ++j) ++seen[d[j].id];
+  }
+  // 3/60 per digest: 150 expected in 3,000, standard deviation about 12; 6 sigma either way.
+  REQUIRE(seen.size() == 60);
+  for (const auto& [id, n] : seen) {
+    CHECK(n > 78);
+    CHECK(n < 222);
+  }
+  // News: m1 suspected, m2 dead, m3 left (m3 the latest); the news lead every digest, and
+  // which 2 of the 3 lead is uniform.
+  v.set_state("m1", MemberState::Suspect, 1);
+  v.set_state("m2", MemberState::Dead, 2);
+  v.merge(MemberDigest{"m3", 1, MemberState::Left, 0}, 3);
+  REQUIRE(v.news().size() == 3);
+  CHECK(v.news().back()->d.id == "m3");
+  std::map<PeerId, int> led;
+  for (int i = 0; i < 3000; ++i) {
+    const auto d = v.digest_partial(32, 2, 3, rng);
+    REQUIRE(d.size() == 6);
+    for (std::size_t j : {1, 2}) {
+      CHECK(d[j].state != MemberState::Alive);
+      ++led[d[j].id];
+    }
+    std::set<PeerId> ids;
+    for (const auto& x : d) ids.insert(x.id);
+    REQUIRE(ids.size() == 6);  // the sample skips the news already in
+  }
+  REQUIRE(led.size() == 3);
+  for (const auto& [id, n] : led) CHECK(std::abs(n - 2000) < 200);
+  // A refuted suspicion is no longer news; an erased member leaves the list; the limit holds.
+  v.merge(MemberDigest{"m1", 2, MemberState::Alive, 0}, 4);
+  CHECK(v.erase(PeerId{"m2"}));
+  REQUIRE(v.news().size() == 1);
+  CHECK(v.news().front()->d.id == "m3");
+  const auto d = v.digest_partial(3, 2, 3, rng);
+  REQUIRE(d.size() == 3);
+  CHECK(d[1].id == "m3");
+  // Only the kNews latest are kept, the oldest dropped first.
+  for (int i = 10; i < 30; ++i) v.set_state("m" + std::to_string(i), MemberState::Suspect, 5 + i);
+  REQUIRE(v.news().size() == View::kNews);
+  CHECK(v.news().front()->d.id == "m" + std::to_string(30 - View::kNews));
+  CHECK(v.news().back()->d.id == "m29");
+  // A view smaller than what is asked for gives what it has.
+  View small(MemberDigest{"self", 1, MemberState::Alive, 0});
+  small.merge(MemberDigest{"a", 1, MemberState::Alive, 0}, 0);
+  small.merge(MemberDigest{"b", 1, MemberState::Dead, 0}, 0);
+  const auto s2 = small.digest_partial(32, 2, 3, rng);
+  REQUIRE(s2.size() == 3);
+  CHECK(s2[1].id == "b");
+  CHECK(s2[2].id == "a");
+}
+
 TEST_CASE("view: lookups by id agree with the members held through merges, state changes and erases") {
   // View::find goes through a hash index beside the id-ordered list (core/view.hpp); erases shift
   // probe runs back. Random merges, erases and local decisions over 2,000 ids (the index grows
