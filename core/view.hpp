@@ -180,7 +180,7 @@ class View {
   // Left), then `sample` others drawn uniformly, `limit` entries at most. A receiver keeps
   // only news of members it holds and two fresh members (Gossip::merge_view), and with 100,000
   // peers it holds almost none of a random sample: drawing, encoding and looking up a sample
-  // of 22 was a third of the simulator's time at 1,000 peers (docs/sim.md, "Partial views").
+  // of 13 was a third of the simulator's time at 1,000 peers (docs/sim.md, "Partial views").
   std::vector<MemberDigest> digest_partial(std::size_t limit, std::size_t news, std::size_t sample, Rng& rng) const;
   // The members that most recently stopped being Alive (or were learnt not Alive), newest
   // last, kNews at most: the news digest_partial() spreads first.
