@@ -208,15 +208,16 @@ std::optional<PeerId> Gossip::overlay_partner(Partners partners) {
   const bool fresh = cfg_.fresh_every > 0 && partner_draws_ % cfg_.fresh_every == 0;
   std::vector<PeerId> good, finished;
   bool anyone_preferred = false;
+  const auto preferred = [](const Member& m) { return !m.d.done && !m.screened; };
+  const auto usable = [&](const PeerId& id, const Member& m) {
+    return m.skip_until <= now && find_out(id) == npos && !answering(id) && (partners != Partners::Useful || useful(m));
+  };
   const auto scan = [&](const std::vector<PeerId>& ids) {
     for (const auto& id : ids) {
       const Member* m = view_.find(id);
       if (!m || m->d.state != MemberState::Alive) continue;
-      const bool preferred = !m->d.done && !m->screened;
-      anyone_preferred = anyone_preferred || preferred;
-      if (m->skip_until > now || find_out(id) != npos || answering(id) || (partners == Partners::Useful && !useful(*m)))
-        continue;
-      (preferred ? good : finished).push_back(id);
+      anyone_preferred = anyone_preferred || preferred(*m);
+      if (usable(id, *m)) (preferred(*m) ? good : finished).push_back(id);
     }
   };
   const std::vector<PeerId>& first = fresh ? overlay_->passive() : overlay_->active();
@@ -226,9 +227,7 @@ std::optional<PeerId> Gossip::overlay_partner(Partners partners) {
   for (int tries = 0; tries < 4 && !first.empty(); ++tries) {
     const PeerId& id = first[env_.rng().below(first.size())];
     const Member* m = view_.find(id);
-    if (m && m->d.state == MemberState::Alive && !m->d.done && !m->screened && m->skip_until <= now &&
-        find_out(id) == npos && !answering(id) && (partners != Partners::Useful || useful(*m)))
-      return id;
+    if (m && m->d.state == MemberState::Alive && preferred(*m) && usable(id, *m)) return id;
   }
   scan(first);
   if (good.empty()) scan(fresh ? overlay_->active() : overlay_->passive());
