@@ -187,6 +187,9 @@ run_swarm() {  # run_swarm OUT_DIR: N peers, waits for all (bounded), 0 if every
   [[ -z $lr ]] || common+=(--lr "$lr")
   # shellcheck disable=SC2206  # word splitting wanted: extra rumor-peer flags
   [[ -z $peer_args ]] || common+=($peer_args)
+  # An exchange after every step, as this bench's figures were made (the default is auto since
+  # 2026-12-06); --peer-args "--local-steps auto" measures the default.
+  [[ $peer_args == *--local-steps* ]] || common+=(--local-steps 1)
   timeout "$run_timeout" "$peer" --listen 127.0.0.1:0 --shard "1/$peers" --name p1 --metrics "$out/p1.jsonl" \
     "${common[@]}" --data "$data" 2>"$out/p1.log" &
   pids+=($!)

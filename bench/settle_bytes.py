@@ -29,7 +29,7 @@ def one_round(a, k):
     out = os.path.join(a.out, f"round{k}")
     env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "torch_quickstart.py"), "--mixed", str(a.mixed),
-           "--epochs", str(a.epochs), "--out", out,
+           "--epochs", str(a.epochs), "--out", out, "--local-steps", "1",  # as its figures were made (default: auto)
            *(["--swarm-epochs", str(a.swarm_epochs)] if a.swarm_epochs is not None else []), "--build", a.build, "--timeout", str(a.timeout)]
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode:

@@ -74,7 +74,7 @@ enum class MixWeight { Uniform, Samples };
 enum class ViewMode { Full, Partial, Auto };
 
 struct GossipConfig {
-  std::uint64_t local_steps = 1;     // H: exchange every H local steps; 0: auto (local_steps_now())
+  std::uint64_t local_steps = 0;     // H: exchange every H local steps; 0 (the default): auto (local_steps_now())
   // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
   // share of the compute time between two exchanges (H step times), from an EWMA of the step
   // time and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.

@@ -377,7 +377,7 @@ std::string knobs_markdown() {
       return (k.scope & scope) ? "`" + s + "`" : std::string("-");
     };
     const std::string def = k.default_text ? k.default_text : knob_value(k, defaults);
-    const std::string unit = k.unit[0] ? std::string(" ") + k.unit : "";
+    const std::string unit = k.unit[0] && !(k.zero_word && def == k.zero_word) ? std::string(" ") + k.unit : "";
     std::string accepted = knob_range(k);
     std::replace(accepted.begin(), accepted.end(), '|', '/');  // a | would end the cell
     out += fmt::format("| {} | {} | {} | {}{} | {} | {} |\n", cell(Knob::kDaemon, knob_flag(k)),

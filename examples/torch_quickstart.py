@@ -362,7 +362,7 @@ def main(argv=None):
                          "rumor-peer for --mixed peers)")
     ap.add_argument("--decay-fraction", type=float, default=RECIPE["decay_fraction"],
                     help="wsd: the part of the steps over which the rate decays to 0")
-    ap.add_argument("--local-steps", type=local_steps_arg, default=1,
+    ap.add_argument("--local-steps", type=local_steps_arg, default="auto",
                     help="optimizer steps between exchanges, or auto: the peer chooses from its step time "
                          "and its exchanges' round trips (rumor-peer --local-steps)")
     ap.add_argument("--staleness", default="inf")

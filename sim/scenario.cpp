@@ -253,7 +253,7 @@ class Builder {
 
   // What only gossip simulates (churn, faults, codecs) is refused for the other algorithms
   // rather than silently ignored; the new topologies are refused for gossip.
-  void check_algorithm(const Scenario& s) {
+  void check_algorithm(Scenario& s) {
     const std::string alg = std::string("algorithm.kind = ") + algorithm_name(s.algorithm);
     const std::string aw = where_of("algorithm.kind");
     if (const std::string why = knob_conflicts(s.loop); !why.empty()) fail(where_of("gossip.fragments"), "gossip.fragments", why);
@@ -271,8 +271,14 @@ class Builder {
     if (s.loop.gossip.codec != PayloadCodec::None) fail(aw, "gossip.codec", alg + ": the synchronous algorithms send float32 (codec none)");
     if (s.loop.gossip.fragments != 1) fail(aw, "gossip.fragments", alg + ": the synchronous algorithms average the whole model (fragments 1)");
     if (s.shared_cores > 0) fail(aw, "compute.shared_cores", alg + ": shared cores are only simulated for gossip");
-    if (s.loop.gossip.local_steps == 0)
-      fail(aw, "gossip.local_steps", alg + ": local_steps = auto is only simulated for gossip (give the rounds' period)");
+    // auto (the default) chooses H from a peer's own round trips; the rounds' algorithms have
+    // none: unset, a round follows every step; given, it is refused.
+    if (s.loop.gossip.local_steps == 0) {
+      if (r_.last("gossip.local_steps"))
+        fail(where_of("gossip.local_steps"), "gossip.local_steps",
+             alg + ": local_steps = auto is only simulated for gossip (give the rounds' period)");
+      s.loop.gossip.local_steps = 1;
+    }
     if (s.peer_evals && (s.algorithm == Algorithm::PsAsync || s.algorithm == Algorithm::PsSsp))
       fail(aw, "output.peer_evals", alg + ": per-worker evaluations are simulated for gossip and the round algorithms, "
            "not for the asynchronous parameter servers");

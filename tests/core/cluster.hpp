@@ -71,6 +71,7 @@ struct Cluster {
   GossipConfig cfg = [] {
     GossipConfig c;
     c.fetch_state = false;  // averaging tests: every peer keeps its own initial parameters
+    c.local_steps = 1;      // an exchange due after every step (the default, auto, chooses H)
     return c;
   }();
 

@@ -340,6 +340,11 @@ TEST_CASE("algorithms: scenario errors name the key") {
         std::string::npos);
   CHECK(err({"algorithm.kind=dpsgd", "gossip.topology=random_directed"}).find("sgp") != std::string::npos);
   CHECK(err({"algorithm.kind=nope"}).find("algorithm.kind") != std::string::npos);
+  // gossip's default H is auto; a round algorithm has no round trips to time: unset, it runs a
+  // round per step; asked for, it is refused with the key named.
+  CHECK(err({"algorithm.kind=dpsgd", "gossip.local_steps=auto"}).find("gossip.local_steps") != std::string::npos);
+  CHECK(scn(kTrain, {"algorithm.kind=dpsgd"}).loop.gossip.local_steps == 1);
+  CHECK(scn(kTrain, {}).loop.gossip.local_steps == 0);
   CHECK(err({"workload.partition=labels:0"}).find("workload.partition") != std::string::npos);
   CHECK(err({"sweep.nosuchkey=1,2"}).find("sweep.nosuchkey") != std::string::npos);
   CHECK(err({"sweep.peers=4,"}).find("empty value") != std::string::npos);

@@ -413,7 +413,7 @@ straggler = p0 at 2 x4
 
 TEST_CASE("compute: exchange CPU makes steps longer") {
   const std::string base = "[run]\npeers = 4\nduration = 2\nsettle = 0\n[workload]\nkind = quadratic\ndim = 8\nlr = 0.01\n"
-                           "[compute]\nstep_time = 10ms\n";
+                           "[gossip]\nlocal_steps = 1\n[compute]\nstep_time = 10ms\n";  // auto would exchange less
   Simulation a(scn(base)), b(scn(base, {"compute.exchange_cpu=5ms"}));
   a.run();
   b.run();
@@ -472,8 +472,9 @@ TEST_CASE("compute: turns at random (the default) keep every peer's share, and t
   // while its partner waits is answered 4 ms later on average, not 2, and now and then much
   // later (a real quickstart's compute threads waited for a core 4.5 ms on average, weighted by
   // length, and up to 36 ms; docs/sim.md "Calibration").
-  Simulation random(scn(kShared, {"compute.time_slice=4ms"})),
-      periodic(scn(kShared, {"compute.time_slice=4ms", "compute.turns=periodic"}));
+  // An exchange after every step (auto would space them out as the turns lengthen the round trips).
+  Simulation random(scn(kShared, {"compute.time_slice=4ms", "gossip.local_steps=1"})),
+      periodic(scn(kShared, {"compute.time_slice=4ms", "compute.turns=periodic", "gossip.local_steps=1"}));
   random.run();
   periodic.run();
   for (std::uint32_t p = 0; p < 4; ++p) {
@@ -579,7 +580,7 @@ TEST_CASE("gossip: local_steps = auto keeps an exchange within exchange_share of
   // 1 Mbit: 8 KB take 65 ms each way, 130+ steps; H = 1 keeps an exchange always in flight,
   // auto spaces them so that they are in flight about exchange_share (0.2) of the time.
   Simulation fast(scn(kAutoH, {"class.peer.bandwidth=1Gbit", "gossip.local_steps=auto"}));
-  Simulation slow1(scn(kAutoH, {"class.peer.bandwidth=1Mbit"}));
+  Simulation slow1(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.local_steps=1"}));
   Simulation slow(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.local_steps=auto"}));
   fast.run();
   slow1.run();
@@ -605,8 +606,8 @@ TEST_CASE("gossip: local_steps = auto keeps an exchange within exchange_share of
   INFO("before the drop: " << nb << " exchanges, in flight " << lb << "; a second after it: " << na << ", " << la);
   CHECK(nb > 10 * na);
   CHECK(la < 0.35);
-  // The same seed, the same choices.
-  Simulation again(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.local_steps=auto"}));
+  // The same seed, the same choices; and auto is what a scenario that does not set H gets.
+  Simulation again(scn(kAutoH, {"class.peer.bandwidth=1Mbit"}));
   again.run();
   CHECK(again.events_csv() == slow.events_csv());
 }
@@ -704,8 +705,10 @@ TEST_CASE("settle: a peer that finished first sends little while the others trai
   // with, no faster than the slowest trainer's pace, backing off up to settle_interval_max
   // while they train; trainers pick each other rather than a finished peer.
   const auto run = [](const std::string& interval_max) {
+    // H = 1: the trainers exchange after every step, the pace settling follows.
     Simulation sim(scn(kQuad, {"run.peers=4", "compute.straggler=p0 at 0 x10", "compute.straggler=p1 at 0 x10",
-                               "run.settle_interval_max=" + interval_max, "output.log_exchanges=off"}));
+                               "run.settle_interval_max=" + interval_max, "output.log_exchanges=off",
+                               "gossip.local_steps=1"}));
     sim.run();
     // Bytes each fast peer sent while training (its "settle" row) and in all ("done").
     std::map<std::string, std::pair<double, double>> bytes;
