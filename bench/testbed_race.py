@@ -418,7 +418,8 @@ def main():
                 if torch_model == "mlp":
                     psim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-python{k}"),
                                           args.target, 1 + k, rerun=not args.tables_only,
-                                          sets=args.set + ["output.train_evals=p0"], more=torch_calib))
+                                          sets=args.set + ["output.train_evals=p0", "compute.driver=python"],
+                                          more=torch_calib))
                 print(f"testbed_race: {name} Rumor Python round {k + 1}/{args.python_rounds}: p0 t="
                       f"{preal[-1]['t_target']} wall {preal[-1]['wall']:.1f} s, {preal[-1]['mb'] or 0:.0f} MB/peer"
                       + (f", sim t={psim[-1]['t_target']} wall {psim[-1]['wall']:.1f} s" if psim else "")

@@ -231,7 +231,10 @@ LoopAction PeerLoop::training_top() {
     if (!s_.eval_every) next_epoch_eval_ = static_cast<std::uint64_t>(std::floor(model_.epochs_done() + 1e-9)) + 1;
     return LoopAction{LoopAction::Kind::Evaluate};
   }
-  if (stop_requested_ || stop_rule()) return after_training();
+  if (stop_requested_) return after_training();
+  // A pause asked for comes before a stop rule's end of training: a driver whose script stops
+  // training by its own count and then serves (the simulator's `driver = python`) pauses first.
+  // (rumor-peer never pauses; the Python module has no stop rule.)
   if (pause_pending_) {
     pause_pending_ = false;
     pausing_ = true;
@@ -239,6 +242,7 @@ LoopAction PeerLoop::training_top() {
     begin_settling(pause_s_, pause_max_s_);
     return settle_next();
   }
+  if (stop_rule()) return after_training();
   if (std::isfinite(s_.gossip.staleness) && !gossip_.may_step()) {
     // The staleness bound holds: wait, handling inputs and probing the slowest members
     // (on_idle) so that their clocks reach us, until it catches up or leaves the view.

@@ -230,9 +230,10 @@ class PeerLoop {
   // `untrained` before any step was timed. Settling and the staleness wait start exchanges no
   // faster than this once the models agree.
   double training_pace(double floor, double untrained) const;
+  // A stop rule (epochs, steps, duration, the swarm's budget) says training is over.
+  bool stop_rule() const;
 
  private:
-  bool stop_rule() const;
   bool eval_due() const;
   void enter(LoopPhase p);
   LoopAction wait_until(double t) { return {LoopAction::Kind::Wait, t}; }

@@ -71,6 +71,8 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.waiting = false;
   p.stepping = false;
   p.skip_drain = false;
+  p.evaluating = false;
+  p.served = false;
   p.wait_until = -1;
   p.pending_cpu = 0;
   const Rng root(s.seed);
@@ -102,6 +104,8 @@ void Simulation::Impl::open_peer(Peer& p) {
   LoopSettings ls = loop_settings(s);
   ls.train_set_rows = work->train_set_rows();
   if (s.train_evals) ls.evaluate_in_training = std::binary_search(s.train_evals->begin(), s.train_evals->end(), p.index);
+  // A Python script settles in its serve() pause (act), then evaluates and leaves.
+  if (s.classes[p.cls].driver == PeerClass::Driver::Python) ls.settle_s = 0;
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
   // --join does, and learn from it that there is nothing to fetch yet).
@@ -136,6 +140,15 @@ void Simulation::Impl::begin_peer(Peer& p) {
 void Simulation::Impl::act(Peer& p) {
   if (!p.skip_drain) drain(p);
   p.skip_drain = false;
+  if (s.classes[p.cls].driver == PeerClass::Driver::Python && !p.served && s.loop.settle_s > 0 &&
+      p.loop->phase() == LoopPhase::Training && p.loop->stop_rule()) {
+    // The script's last step is done: it serves (pauses) for run.settle, up to run.settle_max
+    // while a member is behind (examples/torch_quickstart.py: opt.serve(settle, settle_max));
+    // then the loop ends training without settling again (settle_s = 0 in its settings), and
+    // the final evaluation and the leave follow as a daemon's.
+    p.served = true;
+    p.loop->pause(s.loop.settle_s, s.loop.settle_max_s);
+  }
   const LoopAction a = p.loop->next();
   p.waiting = false;
   if (p.loop->phase() == LoopPhase::Settling && p.state == PeerState::Training) {
@@ -318,11 +331,19 @@ void Simulation::Impl::log_eval(Peer& p) {
   log(p, "eval", "", p.eval_steps, p.final_acc, p.eval_detail);
 }
 
-// An evaluation holds the peer (inputs wait) for the class's eval_time.
+// An evaluation holds the peer (inputs wait) for the class's eval_time; with
+// compute.driver = python, only for its first 20 ms (the Python module's responder then answers:
+// Respond). Not the final one, after which the peer leaves as the daemon does.
 void Simulation::Impl::pause(Peer& p) {
+  constexpr double kRespondAfter = 0.02;  // python/python_peer.hpp
   p.busy = true;
+  p.evaluating = true;
+  ++p.pause_iter;
   update_cpu(p);
-  schedule(cpu_end(p, now, s.classes[p.cls].eval_time), EventKind::Resume, p.index, p.life);
+  const double end = cpu_end(p, now, s.classes[p.cls].eval_time);
+  if (s.classes[p.cls].driver == PeerClass::Driver::Python && !p.skip_drain && now + kRespondAfter < end)
+    schedule(now + kRespondAfter, EventKind::Respond, p.index, p.life, p.pause_iter);
+  schedule(end, EventKind::Resume, p.index, p.life);
 }
 
 void Simulation::Impl::exit_peer(Peer& p) {

@@ -64,7 +64,8 @@ namespace ini {
 const std::set<std::string> kListKeys = {"network.link", "network.partition", "compute.straggler",
                                          "churn.crash", "churn.leave", "churn.join"};
 const std::set<std::string> kClassKeys = {"count", "step_time", "dist", "sd", "bandwidth", "latency",
-                                          "exchange_cpu", "eval_time", "start", "cpu", "cpu_period", "bandwidth_change"};
+                                          "exchange_cpu", "eval_time", "start", "cpu", "cpu_period", "bandwidth_change",
+                                          "driver"};
 // The loop's knobs join their sections from core's table (core/knobs.hpp), with the older
 // spelling of a key where one is still read.
 std::map<std::string, std::set<std::string>> with_loop_knobs(std::map<std::string, std::set<std::string>> keys) {
@@ -89,7 +90,7 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
     {"gossip", {"topology", "bootstrap", "fetch_state"}},
     {"network", {"latency", "bandwidth", "jitter", "loss", "refused_after", "link", "partition", "limit_receive"}},
-    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "time_slice", "turns", "cpu", "cpu_period"}},
+    {"compute", {"step_time", "dist", "sd", "exchange_cpu", "eval_time", "start", "mid", "straggler", "shared_cores", "time_slice", "turns", "cpu", "cpu_period", "driver"}},
     {"churn", {"crash", "leave", "join", "crash_rate", "leave_rate", "join_rate", "from", "until", "join_class"}},
     {"faults", fault_keys()},
     {"invariants", {"check"}},
@@ -395,6 +396,7 @@ class Builder {
     dur(prefix + "exchange_cpu", c.exchange_cpu);
     dur(prefix + "eval_time", c.eval_time);
     dur(prefix + "start", c.start);
+    choice(prefix + "driver", c.driver, {{"daemon", PeerClass::Driver::Daemon}, {"python", PeerClass::Driver::Python}});
     if (get(prefix + "cpu", c.cpu) && !(c.cpu > 0 && c.cpu <= 1024))
       fail(where_of(prefix + "cpu"), prefix + "cpu", "a share of one core: > 0 (0.25 is a quarter of a core)");
     if (dur(prefix + "cpu_period", c.cpu_period)) positive(prefix + "cpu_period", c.cpu_period, true);

@@ -81,6 +81,13 @@ struct PeerClass {
   double exchange_cpu = 0.0;   // seconds of CPU per payload message sent or received
   double eval_time = 0.0;      // seconds a peer evaluation (peer_evals) holds the peer
   double start = 0.0;          // seconds from (re)start to the first step (loading data)
+  // What drives the peer's loop. Daemon: rumor-peer, whose compute thread drains its inputs
+  // between steps (an evaluation holds them), and which settles after training. Python: a
+  // script driving rumor.Peer as examples/torch_quickstart.py does: the module's responder
+  // thread answers the swarm once the script has been away 20 ms (python/python_peer.cpp),
+  // evaluations included; after its last step the script pauses (serve(settle, settle_max)),
+  // evaluates, and closes (leaves) without settling again.
+  enum class Driver { Daemon, Python } driver = Driver::Daemon;
   // The share of one core this kind of machine has (`cpu = 0.25`: a quarter; the testbed's
   // cgroup CPU cap). The parser divides step_time, exchange_cpu, eval_time and start by it, so
   // the times above are those of a whole core as written and the machine's once parsed.

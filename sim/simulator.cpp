@@ -262,7 +262,15 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
     case EventKind::StepEnd:
       if (p.state == PeerState::Training) step_end(p);
       break;
+    case EventKind::Respond:
+      // The evaluation goes on; inputs are handled as they come until it ends (offer).
+      if (p.running() && p.evaluating && p.busy && e.arg == p.pause_iter) {
+        p.busy = false;
+        drain(p);
+      }
+      break;
     case EventKind::Resume:
+      p.evaluating = false;
       if (p.running()) {
         log_eval(p);
         p.busy = false;

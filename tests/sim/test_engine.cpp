@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <span>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -216,6 +217,70 @@ eval_every = 20
     if (line.find(",p0,eval,") != std::string::npos) first = std::stod(line);
   CHECK(first >= 0.02);
   CHECK(first < 0.03);
+}
+
+TEST_CASE("engine: compute.driver = python: evaluations do not hold the peer's inputs, and a finished peer serves until the last catches up") {
+  // p0 trains 4x slower and evaluates for 3 s every 50 steps (the testbed's Python peers: a
+  // torch evaluation under a CPU cap); p1 and p2 finish in about a second and wait for it.
+  const std::string text = R"(
+[run]
+peers = 3
+seed = 2
+settle = 1
+settle_max = 30
+[workload]
+kind = model
+data = synthetic
+model = logreg
+batch = 32
+steps = 200
+[compute]
+step_time = 5ms
+eval_time = 3
+straggler = p0 at 0 x4
+[network]
+latency = 1ms
+[output]
+eval_rows = 300
+peer_evals = on
+eval_every = 50
+train_evals = p0
+)";
+  // Rows "time,peer,event,other,...": the times of `event` (of `peer`, or about `other`).
+  const auto times = [](const std::string& ev, const std::string& peer, const std::string& event, const std::string& other) {
+    std::vector<double> t;
+    std::istringstream in(ev);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("," + event + "," + other) != std::string::npos && (peer.empty() || line.find("," + peer + ",") != std::string::npos))
+        t.push_back(std::stod(line));
+    return t;
+  };
+  // rumor-peer drains its inputs between steps: during p0's 3 s evaluations its probes go
+  // unanswered, the others suspect it, stop waiting and leave with models of their own.
+  const Outputs daemon = run_all(scn(text));
+  CHECK(!times(daemon.ev, "", "view_suspect", "p0").empty());
+  // A Python peer's responder answers meanwhile: nobody suspects p0. p1 and p2 pause (serve)
+  // until p0 has finished training and paused too, exchanging all along; then every peer
+  // evaluates and leaves, on one model.
+  const Outputs python = run_all(scn(text, {"compute.driver=python"}));
+  CHECK(count_rows(python.ev, "view_suspect") == 0);
+  const auto p0_done_training = times(python.ev, "p0", "settle", "");
+  REQUIRE(p0_done_training.size() == 1);
+  CHECK(p0_done_training[0] > 10);  // 200 steps of 20 ms and four evaluations of 3 s
+  for (const std::string peer : {"p1", "p2"}) {
+    INFO(peer);
+    const auto settled = times(python.ev, peer, "settled", "");
+    REQUIRE(settled.size() == 1);
+    CHECK(settled[0] >= p0_done_training[0]);
+    CHECK(times(python.ev, peer, "settle", "")[0] < 2);
+  }
+  CHECK(count_rows(python.ev, "done") == 3);
+  std::set<std::string> finals;
+  std::istringstream in(python.ev);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(",done,") != std::string::npos) finals.insert(line.substr(line.find("test_acc="), 17));
+  CHECK(finals.size() == 1);
+  CHECK_THROWS_WITH_AS(scn(text, {"compute.driver=torch"}), doctest::Contains("compute.driver"), std::exception);
 }
 
 TEST_CASE("engine: training off, consensus falls to zero and float32 mixing keeps the mean") {
