@@ -17,7 +17,7 @@ enum class EventKind : std::uint8_t {
   StepMid,     // the forward/backward half of a step is done (the mid-step boundary)
   StepEnd,     // the optimizer half is done (the end-of-step boundary)
   Resume,      // an evaluation pause is over
-  Respond,     // compute.driver = python: 20 ms into an evaluation, a thread answers for the peer (arg: the pause)
+  Respond,     // compute.driver = python: 20 ms into an evaluation, a thread answers for the peer
   Tick,        // training off: one averaging tick
   WaitTick,    // an idle wait's periodic wake-up (arg: its iteration)
   Deliver,     // a message arrives (peer: receiver; arg: slab index)

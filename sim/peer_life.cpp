@@ -71,7 +71,6 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.waiting = false;
   p.stepping = false;
   p.skip_drain = false;
-  p.evaluating = false;
   p.served = false;
   p.wait_until = -1;
   p.pending_cpu = 0;
@@ -337,12 +336,12 @@ void Simulation::Impl::log_eval(Peer& p) {
 void Simulation::Impl::pause(Peer& p) {
   constexpr double kRespondAfter = 0.02;  // python/python_peer.hpp
   p.busy = true;
-  p.evaluating = true;
-  ++p.pause_iter;
   update_cpu(p);
   const double end = cpu_end(p, now, s.classes[p.cls].eval_time);
+  // Only before the pause's end: Respond then always comes within its pause (a crash voids it
+  // by the life), so it needs no mark of which pause it belongs to.
   if (s.classes[p.cls].driver == PeerClass::Driver::Python && !p.skip_drain && now + kRespondAfter < end)
-    schedule(now + kRespondAfter, EventKind::Respond, p.index, p.life, p.pause_iter);
+    schedule(now + kRespondAfter, EventKind::Respond, p.index, p.life);
   schedule(end, EventKind::Resume, p.index, p.life);
 }
 

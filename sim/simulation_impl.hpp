@@ -113,9 +113,7 @@ struct Peer {
   bool waiting = false;         // its loop said Wait: it sleeps until an input or `wait_until`
   bool stepping = false;        // a Step is in progress (with training off: a tick is due)
   bool skip_drain = false;      // after the final evaluation: exit without handling more inputs
-  bool evaluating = false;      // in an evaluation pause (compute.driver = python answers meanwhile)
   bool served = false;          // compute.driver = python: the script's serve() after its last step began
-  std::uint64_t pause_iter = 0; // voids a Respond event of an earlier pause
   double wait_until = -1;       // the WaitTick event set for the current wait
   std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)

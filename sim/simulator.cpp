@@ -264,13 +264,12 @@ void Simulation::Impl::dispatch(const Event& e, Peer& p) {
       break;
     case EventKind::Respond:
       // The evaluation goes on; inputs are handled as they come until it ends (offer).
-      if (p.running() && p.evaluating && p.busy && e.arg == p.pause_iter) {
+      if (p.running() && p.busy) {
         p.busy = false;
         drain(p);
       }
       break;
     case EventKind::Resume:
-      p.evaluating = false;
       if (p.running()) {
         log_eval(p);
         p.busy = false;
