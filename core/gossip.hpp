@@ -444,8 +444,9 @@ class Gossip {
   // Takes a member into View and the passive view (unless it is known dead or is ourselves).
   void overlay_learn(const MemberDigest& d);
   // The same, for a caller that has just looked d.id up (`known`: what find returned) and
-  // checked that it is not ourselves, with partial views on (merge_view).
-  void overlay_learn(const MemberDigest& d, Member* known);
+  // checked that it is not ourselves, with partial views on (merge_view); `hash` is
+  // View::hash_of(d.id).
+  void overlay_learn(const MemberDigest& d, Member* known, std::size_t hash);
   // Links a member into the active view (sending Disconnect to one it drops).
   void overlay_link(const PeerId& id);
   // Sends Neighbor requests to passive members until active + pending reach the capacity.
@@ -456,7 +457,9 @@ class Gossip {
   // Erases from View the members in no view and no exchange (bounded memory); one of them.
   void overlay_trim();
   void overlay_forget(const PeerId& id);
-  bool overlay_in_use(const PeerId& id, const Member& m) const;
+  void overlay_forget(const PeerId& id, std::size_t hash);
+  // `hash`: View::hash_of(id).
+  bool overlay_in_use(const PeerId& id, const Member& m, std::size_t hash) const;
   void overlay_accept_sample(const std::vector<MemberDigest>& sample);
   std::vector<MemberDigest> overlay_sample(bool with_active);
   // The exchange partner in partial views: an active member, every fresh_every-th a passive one.

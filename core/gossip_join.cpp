@@ -138,7 +138,8 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
         me.incarnation = d.incarnation + 1;
       continue;
     }
-    Member* known = view_.find(d.id);
+    const std::size_t h = View::hash_of(d.id);
+    Member* known = view_.find(d.id, h);
     if (overlay_ && !known) {
       // Partial views keep only their members: news of others is not ours to hold, except
       // the sender's own digest (first: a peer that reached us is a passive candidate) and up
@@ -148,11 +149,11 @@ void Gossip::merge_view(const std::vector<MemberDigest>& digests) {
       // (docs/sim.md "Partial views").
       if (i == 0 || (learnt < kFreshPerMessage && d.state == MemberState::Alive)) {
         learnt += i > 0;
-        overlay_learn(d, nullptr);
+        overlay_learn(d, nullptr, h);
       }
       continue;
     }
-    if (auto c = view_.merge(d, now, known)) report_change(*c);
+    if (auto c = view_.merge(d, now, known, nullptr, h)) report_change(*c);
   }
   if (!overlay_ && cfg_.view == ViewMode::Auto && view_.live_count() + 1 > cfg_.view_threshold) go_partial(0);
 }

@@ -33,8 +33,9 @@ void Gossip::probe() {
   };
   // Partial views probe their active view only: per-member load and detection time do not grow with n.
   if (overlay_) {
-    for (const auto& id : overlay_->active())
-      if (const Member* m = view_.find(id)) consider(*m);
+    const auto& ids = overlay_->active();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (const Member* m = view_.find(ids[i], overlay_->active_hashes()[i])) consider(*m);
   } else {
     for (const Member& m : view_.members()) consider(m);
   }
@@ -88,7 +89,7 @@ void Gossip::on_probe_timer(TimerKind kind, std::uint64_t seq) {
     // Ask a few others to ping it for us: a slow link between us is not a dead peer.
     std::vector<PeerId> helpers;
     for (const Member& mm : view_.members())
-      if (mm.d.state == MemberState::Alive && mm.d.id != probe_->target && (!overlay_ || overlay_->in_active(mm.d.id)))
+      if (mm.d.state == MemberState::Alive && mm.d.id != probe_->target && (!overlay_ || overlay_->in_active(mm.d.id, mm.hash)))
         helpers.push_back(mm.d.id);
     for (std::size_t i = 0; i < cfg_.indirect_probes && !helpers.empty(); ++i) {
       const std::size_t j = env_.rng().below(helpers.size());

@@ -66,10 +66,11 @@ void Gossip::go_partial(std::uint64_t hint) {
 
 void Gossip::overlay_learn(const MemberDigest& d) {
   if (!overlay_ || d.id == view_.self().id) return;
-  overlay_learn(d, view_.find(d.id));
+  const std::size_t h = View::hash_of(d.id);
+  overlay_learn(d, view_.find(d.id, h), h);
 }
 
-void Gossip::overlay_learn(const MemberDigest& d, Member* known) {
+void Gossip::overlay_learn(const MemberDigest& d, Member* known, std::size_t hash) {
   if (!known) {
     if (d.state != MemberState::Alive) return;  // news of a member we do not hold: not ours to keep
     const auto b = overlay_->buried.find(d.id);
@@ -77,27 +78,31 @@ void Gossip::overlay_learn(const MemberDigest& d, Member* known) {
   }
   const Member* m = known;
   Member* added = nullptr;
-  if (auto c = view_.merge(d, env_.now(), known, &added)) {
+  if (auto c = view_.merge(d, env_.now(), known, &added, hash)) {
     report_change(*c);
     // A member newly learnt (Alive: others return above) only reports its join; any other
     // change may forget members (a repair), so it is looked up again.
-    m = added ? added : view_.find(d.id);
+    m = added ? added : view_.find(d.id, hash);
   }
-  if (m && m->d.state == MemberState::Alive && !overlay_->in_active(d.id))
-    if (auto dropped = overlay_->add_passive(d.id, env_.rng())) overlay_forget(*dropped);
+  // (add_passive leaves an active member where it is.)
+  std::size_t dropped_hash = 0;
+  if (m && m->d.state == MemberState::Alive)
+    if (auto dropped = overlay_->add_passive(d.id, hash, env_.rng(), &dropped_hash)) overlay_forget(*dropped, dropped_hash);
   if (view_.members().size() > 2 * (overlay_->active_cap() + overlay_->passive_cap()) + 16) overlay_trim();
 }
 
-bool Gossip::overlay_in_use(const PeerId& id, const Member& m) const {
-  if (overlay_->in_active(id) || overlay_->in_passive(id)) return true;
+bool Gossip::overlay_in_use(const PeerId& id, const Member& m, std::size_t hash) const {
+  if (overlay_->in_active(id, hash) || overlay_->in_passive(id, hash)) return true;
   if (!m.live() && overlay_->buried.count(id)) return true;  // a recent tombstone: keeps stale gossip out
   if (find_out(id) != npos || answering(id)) return true;
   if ((transfer_ && transfer_->source == id) || (probe_ && probe_->target == id)) return true;
   return leaving_ && id == leave_target_;
 }
 
-void Gossip::overlay_forget(const PeerId& id) {
-  if (Member* m = view_.find(id); m && !overlay_in_use(id, *m)) view_.erase(m);
+void Gossip::overlay_forget(const PeerId& id) { overlay_forget(id, View::hash_of(id)); }
+
+void Gossip::overlay_forget(const PeerId& id, std::size_t hash) {
+  if (Member* m = view_.find(id, hash); m && !overlay_in_use(id, *m, hash)) view_.erase(m);
 }
 
 void Gossip::overlay_link(const PeerId& id) {
@@ -112,17 +117,24 @@ void Gossip::overlay_link(const PeerId& id) {
 void Gossip::overlay_fill() {
   if (!overlay_ || leaving_ || left_) return;
   const double now = env_.now();
+  if (overlay_->active().size() + overlay_->pending.size() >= overlay_->active_cap()) return;
+  // The candidates are found once: each request sent only makes its member pending, which
+  // takes it out of the list (in place, so that the draws are those of a list made afresh).
+  std::vector<PeerId> candidates;
+  const auto& passive = overlay_->passive();
+  for (std::size_t i = 0; i < passive.size(); ++i) {
+    const PeerId& id = passive[i];
+    if (overlay_->pending.count(id)) continue;
+    const auto d = overlay_->declined.find(id);
+    if (d != overlay_->declined.end() && d->second > now) continue;
+    const Member* m = view_.find(id, overlay_->passive_hashes()[i]);
+    if (m && m->d.state == MemberState::Alive && m->skip_until <= now) candidates.push_back(id);
+  }
   while (overlay_->active().size() + overlay_->pending.size() < overlay_->active_cap()) {
-    std::vector<PeerId> candidates;
-    for (const auto& id : overlay_->passive()) {
-      if (overlay_->pending.count(id)) continue;
-      const auto d = overlay_->declined.find(id);
-      if (d != overlay_->declined.end() && d->second > now) continue;
-      const Member* m = view_.find(id);
-      if (m && m->d.state == MemberState::Alive && m->skip_until <= now) candidates.push_back(id);
-    }
     if (candidates.empty()) return;
-    const PeerId id = candidates[env_.rng().below(candidates.size())];
+    const auto pick = candidates.begin() + static_cast<std::ptrdiff_t>(env_.rng().below(candidates.size()));
+    const PeerId id = *pick;
+    candidates.erase(pick);
     overlay_->pending[id] = now;
     OverlayMsg n;
     n.kind = OverlayKind::Neighbor;
@@ -198,7 +210,7 @@ void Gossip::overlay_trim() {
   }
   std::vector<PeerId> drop;
   for (const Member& m : view_.members())
-    if (!overlay_in_use(m.d.id, m)) drop.push_back(m.d.id);
+    if (!overlay_in_use(m.d.id, m, m.hash)) drop.push_back(m.d.id);
   for (const auto& id : drop) view_.erase(id);
 }
 
@@ -212,25 +224,29 @@ std::optional<PeerId> Gossip::overlay_partner(Partners partners) {
   const auto usable = [&](const PeerId& id, const Member& m) {
     return m.skip_until <= now && find_out(id) == npos && !answering(id) && (partners != Partners::Useful || useful(m));
   };
-  const auto scan = [&](const std::vector<PeerId>& ids) {
-    for (const auto& id : ids) {
-      const Member* m = view_.find(id);
+  const auto scan = [&](const std::vector<PeerId>& ids, const std::vector<std::size_t>& hashes) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const PeerId& id = ids[i];
+      const Member* m = view_.find(id, hashes[i]);
       if (!m || m->d.state != MemberState::Alive) continue;
       anyone_preferred = anyone_preferred || preferred(*m);
       if (usable(id, *m)) (preferred(*m) ? good : finished).push_back(id);
     }
   };
   const std::vector<PeerId>& first = fresh ? overlay_->passive() : overlay_->active();
+  const std::vector<std::size_t>& first_h = fresh ? overlay_->passive_hashes() : overlay_->active_hashes();
   // Most members are good: a few random draws find one without looking up the whole view (a
   // partner drawn this way is uniform over the good ones, as below); only when they all miss
   // is the view scanned (and then the other view).
   for (int tries = 0; tries < 4 && !first.empty(); ++tries) {
-    const PeerId& id = first[env_.rng().below(first.size())];
-    const Member* m = view_.find(id);
+    const std::size_t i = env_.rng().below(first.size());
+    const PeerId& id = first[i];
+    const Member* m = view_.find(id, first_h[i]);
     if (m && m->d.state == MemberState::Alive && preferred(*m) && usable(id, *m)) return id;
   }
-  scan(first);
-  if (good.empty()) scan(fresh ? overlay_->active() : overlay_->passive());
+  scan(first, first_h);
+  if (good.empty())
+    fresh ? scan(overlay_->active(), overlay_->active_hashes()) : scan(overlay_->passive(), overlay_->passive_hashes());
   if (!good.empty()) return good[env_.rng().below(good.size())];
   if (!anyone_preferred && !finished.empty()) return finished[env_.rng().below(finished.size())];
   return std::nullopt;

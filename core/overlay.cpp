@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/view.hpp"
+
 namespace rumor {
 
 namespace {
-std::size_t id_hash(const PeerId& id) { return std::hash<PeerId>{}(id); }
+// View::hash_of: the hashes kept here are handed to View lookups (Gossip passes them on).
+std::size_t id_hash(const PeerId& id) { return View::hash_of(id); }
 std::size_t find_in(const std::vector<PeerId>& ids, const std::vector<std::size_t>& hashes, const PeerId& id,
                     std::size_t h) {
   for (std::size_t i = 0; i < hashes.size(); ++i)
@@ -41,9 +44,11 @@ std::size_t default_active_view(std::size_t n) {
   return std::max<std::size_t>(4, static_cast<std::size_t>(k));
 }
 
-bool Overlay::in_active(const PeerId& id) const { return find_in(active_, active_h_, id, id_hash(id)) != active_.size(); }
-bool Overlay::in_passive(const PeerId& id) const {
-  return find_in(passive_, passive_h_, id, id_hash(id)) != passive_.size();
+bool Overlay::in_active(const PeerId& id) const { return in_active(id, id_hash(id)); }
+bool Overlay::in_passive(const PeerId& id) const { return in_passive(id, id_hash(id)); }
+bool Overlay::in_active(const PeerId& id, std::size_t h) const { return find_in(active_, active_h_, id, h) != active_.size(); }
+bool Overlay::in_passive(const PeerId& id, std::size_t h) const {
+  return find_in(passive_, passive_h_, id, h) != passive_.size();
 }
 
 std::optional<PeerId> Overlay::add_active(const PeerId& id, Rng& rng) {
@@ -64,7 +69,10 @@ std::optional<PeerId> Overlay::add_active(const PeerId& id, Rng& rng) {
 }
 
 std::optional<PeerId> Overlay::add_passive(const PeerId& id, Rng& rng) {
-  const std::size_t h = id_hash(id);
+  return add_passive(id, id_hash(id), rng, nullptr);
+}
+
+std::optional<PeerId> Overlay::add_passive(const PeerId& id, std::size_t h, Rng& rng, std::size_t* dropped_hash) {
   if (active_ids().find(id, h) != active_.size() || passive_ids().find(id, h) != passive_.size() ||
       passive_cap_ == 0)
     return std::nullopt;
@@ -74,6 +82,7 @@ std::optional<PeerId> Overlay::add_passive(const PeerId& id, Rng& rng) {
   }
   const std::size_t j = rng.below(passive_.size());
   PeerId dropped = passive_[j];
+  if (dropped_hash) *dropped_hash = passive_h_[j];
   passive_ids().put(j, id, h);
   pending.erase(dropped);
   return dropped;

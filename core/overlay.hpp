@@ -29,8 +29,14 @@ class Overlay {
   std::size_t passive_cap() const { return passive_cap_; }
   const std::vector<PeerId>& active() const { return active_; }
   const std::vector<PeerId>& passive() const { return passive_; }
+  // View::hash_of() of each id of active() and passive(), in the same order.
+  const std::vector<std::size_t>& active_hashes() const { return active_h_; }
+  const std::vector<std::size_t>& passive_hashes() const { return passive_h_; }
   bool in_active(const PeerId& id) const;
   bool in_passive(const PeerId& id) const;
+  // The same with the id's hash (View::hash_of) already computed.
+  bool in_active(const PeerId& id, std::size_t hash) const;
+  bool in_passive(const PeerId& id, std::size_t hash) const;
   bool active_full() const { return active_.size() >= active_cap_; }
 
   // Adds `id` to the active view (out of the passive view). If the view was full, a random
@@ -39,6 +45,8 @@ class Overlay {
   // Adds `id` to the passive view unless it is active; a full view drops a random entry, which
   // is returned (the caller forgets it unless it is used elsewhere).
   std::optional<PeerId> add_passive(const PeerId& id, Rng& rng);
+  // The same with the id's hash already computed; the dropped entry's hash goes to *dropped_hash.
+  std::optional<PeerId> add_passive(const PeerId& id, std::size_t hash, Rng& rng, std::size_t* dropped_hash);
   // Moves an active member to the passive view (Disconnect received, suspected). True if it was active.
   bool demote(const PeerId& id, Rng& rng);
   // Forgets `id` everywhere (dead, left, unreachable). True if it was in either view.

@@ -21,7 +21,7 @@ const char* member_state_name(MemberState s) {
 }
 
 namespace {
-std::size_t id_hash(std::string_view id);
+std::size_t id_hash(std::string_view id) { return View::hash_of(id); }
 // An id's first 8 bytes, big-endian, zero-padded (View::Ordered).
 std::uint64_t id_key(std::string_view id) {
   std::uint64_t k = 0;
@@ -41,21 +41,28 @@ int severity(MemberState s) {
 }  // namespace
 
 std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
-  return merge(d, now, index_find(d.id));
+  const std::size_t h = id_hash(d.id);
+  return merge(d, now, index_find(d.id, h), nullptr, h);
 }
 
 std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found, Member** added_out) {
+  return merge(d, now, found, added_out, found ? found->hash : id_hash(d.id));
+}
+
+std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found, Member** added_out,
+                                        std::size_t hash) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;
   if (!found) {
     Member& added = *allocate();
     if (added_out) *added_out = &added;
     added.d = d;
+    added.hash = hash;
     added.last_heard = now;
     added.clock_seen = now;
     if (d.state == MemberState::Suspect) added.suspect_since = now;
     const std::uint64_t key = id_key(d.id);
     sorted_.insert(sorted_place(d.id, key), Ordered{key, &added});
-    index_insert(&added, id_hash(d.id));
+    index_insert(&added, hash);
     all_.push_back(&added);
     if (added.d.state == MemberState::Alive) {
       added.alive_pos = alive_.size();
@@ -146,7 +153,7 @@ void View::drop_news(const Member* m) {
 }
 
 bool View::erase(const PeerId& id) {
-  const std::size_t slot = index_slot(id);
+  const std::size_t slot = index_slot(id, id_hash(id));
   if (slot == index_.size()) return false;
   erase_at(slot);
   return true;
@@ -155,7 +162,7 @@ bool View::erase(const PeerId& id) {
 void View::erase(Member* m) {
   // Its slot: the probe run from its id's home, compared by address (no strings).
   const std::size_t mask = index_.size() - 1;
-  std::size_t i = id_hash(m->d.id) & mask;
+  std::size_t i = m->hash & mask;
   while (index_[i].member != m) {
     RUMOR_CHECK(index_[i].member != nullptr);
     i = (i + 1) & mask;
@@ -216,21 +223,17 @@ std::size_t View::Members::count(std::string_view id) const {
   return pos != v_->end() && pos->member->d.id == id ? 1 : 0;
 }
 
-Member* View::find(const PeerId& id) { return index_find(id); }
-const Member* View::find(const PeerId& id) const { return index_find(id); }
+Member* View::find(const PeerId& id) { return index_find(id, id_hash(id)); }
+const Member* View::find(const PeerId& id) const { return index_find(id, id_hash(id)); }
 
-namespace {
-std::size_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(id); }
-}  // namespace
-
-Member* View::index_find(std::string_view id) const {
-  const std::size_t i = index_slot(id);
+Member* View::index_find(std::string_view id, std::size_t h) const {
+  const std::size_t i = index_slot(id, h);
   return i == index_.size() ? nullptr : index_[i].member;
 }
 
-std::size_t View::index_slot(std::string_view id) const {
+std::size_t View::index_slot(std::string_view id, std::size_t h) const {
   if (index_.empty()) return 0;
-  const std::size_t mask = index_.size() - 1, h = id_hash(id);
+  const std::size_t mask = index_.size() - 1;
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const IndexSlot& s = index_[i];
     if (!s.member) return index_.size();

@@ -8,6 +8,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -45,10 +46,16 @@ struct MemberDigest {
 };
 
 struct Member {
+  // View::hash_of(d.id), kept so that erasing the member or scanning the view never hashes
+  // its id again (first: in the cache line of the id's first bytes).
+  std::size_t hash = 0;
   MemberDigest d;
   double last_heard = 0;      // local time we last heard from it directly
   double skip_until = 0;      // do not pick it as a neighbour before this (after a failure)
   int failures = 0;           // consecutive failed exchanges
+  // Its last model was refused or clipped (bad input, robust mixing): picked as a partner only
+  // when no other is left (Gossip::start_exchange).
+  bool screened = false;
   double suspect_since = 0;   // when it became Suspect
   std::size_t alive_pos = static_cast<std::size_t>(-1);  // index in View::alive() while Alive
   // Its pace: seconds per step, from its clock's advance between the digests we heard (an
@@ -62,9 +69,6 @@ struct Member {
   // Fragments (GossipConfig::fragments > 1): the fragments found equal since either model last
   // changed (bit k: fragment k); ex_distance says "equal" only once every bit is set.
   std::uint64_t ex_agree = 0;
-  // Its last model was refused or clipped (bad input, robust mixing): picked as a partner only
-  // when no other is left (Gossip::start_exchange).
-  bool screened = false;
   bool live() const { return d.state == MemberState::Alive || d.state == MemberState::Suspect; }
   bool live_trainer() const { return live() && !d.done; }
 };
@@ -95,6 +99,8 @@ class View {
   // if not known), which saves the second lookup on the hot path of partial views. A member
   // newly learnt is written to *added (when given); members never move while held.
   std::optional<Change> merge(const MemberDigest& d, double now, Member* known, Member** added = nullptr);
+  // The same with hash_of(d.id) already computed.
+  std::optional<Change> merge(const MemberDigest& d, double now, Member* known, Member** added, std::size_t hash);
   // Local decisions (failure detector, graceful leave).
   std::optional<Change> set_state(const PeerId& id, MemberState s, double now);
   // Forgets a member altogether (partial views keep View to the members of their views).
@@ -105,6 +111,11 @@ class View {
 
   Member* find(const PeerId& id);
   const Member* find(const PeerId& id) const;
+  // The same with the id's hash_of() already computed (a digest entry is hashed once on its
+  // way through merge_view, the view and the overlay).
+  Member* find(std::string_view id, std::size_t hash) const { return index_find(id, hash); }
+  // The hash the index uses: std::hash of the id's bytes (std::hash<PeerId> gives the same).
+  static std::size_t hash_of(std::string_view id) { return std::hash<std::string_view>{}(id); }
 
   // One entry of the id-ordered list: the id's first 8 bytes as a big-endian number (zeros
   // after a shorter id) beside the member, so that finding a place in the list compares
@@ -209,8 +220,8 @@ class View {
     std::size_t hash = 0;
     Member* member = nullptr;  // nullptr: an empty slot
   };
-  Member* index_find(std::string_view id) const;
-  std::size_t index_slot(std::string_view id) const;  // index_.size() if absent
+  Member* index_find(std::string_view id, std::size_t hash) const;
+  std::size_t index_slot(std::string_view id, std::size_t hash) const;  // index_.size() if absent
   void index_insert(Member* m, std::size_t hash);
   void index_erase_at(std::size_t i);
   std::vector<IndexSlot> index_;
