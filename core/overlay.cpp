@@ -51,7 +51,7 @@ bool Overlay::in_passive(const PeerId& id, std::size_t h) const {
   return find_in(passive_, passive_h_, id, h) != passive_.size();
 }
 
-std::optional<PeerId> Overlay::add_active(const PeerId& id, Rng& rng) {
+std::optional<PeerId> Overlay::add_active(PeerId id, Rng& rng) {
   const std::size_t h = id_hash(id);
   if (active_ids().find(id, h) != active_.size()) return std::nullopt;
   passive_ids().erase(id, h);
@@ -88,13 +88,13 @@ std::optional<PeerId> Overlay::add_passive(const PeerId& id, std::size_t h, Rng&
   return dropped;
 }
 
-bool Overlay::demote(const PeerId& id, Rng& rng) {
+bool Overlay::demote(PeerId id, Rng& rng) {
   if (!active_ids().erase(id, id_hash(id))) return false;
   if (auto dropped = add_passive(id, rng)) (void)dropped;  // the caller trims View later
   return true;
 }
 
-bool Overlay::remove(const PeerId& id) {
+bool Overlay::remove(PeerId id) {
   pending.erase(id);
   const std::size_t h = id_hash(id);
   const bool a = active_ids().erase(id, h);

@@ -41,16 +41,18 @@ class Overlay {
 
   // Adds `id` to the active view (out of the passive view). If the view was full, a random
   // other member is dropped to the passive view and returned (the caller sends it Disconnect).
-  std::optional<PeerId> add_active(const PeerId& id, Rng& rng);
+  // (add_active, demote and remove take the id by value: they move entries of the views, so a
+  // reference into one, e.g. passive()[0], would change under them.)
+  std::optional<PeerId> add_active(PeerId id, Rng& rng);
   // Adds `id` to the passive view unless it is active; a full view drops a random entry, which
   // is returned (the caller forgets it unless it is used elsewhere).
   std::optional<PeerId> add_passive(const PeerId& id, Rng& rng);
   // The same with the id's hash already computed; the dropped entry's hash goes to *dropped_hash.
   std::optional<PeerId> add_passive(const PeerId& id, std::size_t hash, Rng& rng, std::size_t* dropped_hash);
   // Moves an active member to the passive view (Disconnect received, suspected). True if it was active.
-  bool demote(const PeerId& id, Rng& rng);
+  bool demote(PeerId id, Rng& rng);
   // Forgets `id` everywhere (dead, left, unreachable). True if it was in either view.
-  bool remove(const PeerId& id);
+  bool remove(PeerId id);
 
   // A uniformly random member of a view, excluding up to two ids; empty if none.
   PeerId random_active(Rng& rng, const PeerId& not1 = {}, const PeerId& not2 = {}) const;

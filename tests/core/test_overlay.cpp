@@ -8,6 +8,7 @@
 
 #include "cluster.hpp"
 #include "core/overlay.hpp"
+#include "core/view.hpp"
 
 using namespace rumor;
 using namespace rumor::testing;
@@ -50,6 +51,39 @@ TEST_CASE("overlay: bookkeeping keeps the views disjoint, bounded and without du
   CHECK(default_active_view(1000) == 10);
   CHECK(default_active_view(100000) == 17);
   CHECK(default_active_view(2) == 4);
+}
+
+TEST_CASE("overlay: the hashes it keeps and hands out are View's, and a dropped entry's comes with it") {
+  // Gossip passes the overlay's kept hashes to View::find and the dropped entry's hash to the
+  // forgetting of that member: a different hash function on either side would make those
+  // lookups miss silently (members never forgotten, probes finding no one).
+  Overlay o(2, 3);
+  Rng r(11);
+  View v(MemberDigest{"me"});
+  for (int i = 0; i < 12; ++i) {
+    const PeerId id = "m" + std::to_string(i);
+    v.merge(MemberDigest{id}, 0.0);
+    std::size_t dropped_hash = 0;
+    const auto dropped = o.add_passive(id, View::hash_of(id), r, &dropped_hash);
+    if (dropped) {
+      CHECK(dropped_hash == View::hash_of(*dropped));
+      CHECK(v.find(*dropped, dropped_hash) == v.find(*dropped));
+    }
+    if (i == 5) o.add_active(o.passive()[0], r);  // a reference into the view it changes
+  }
+  REQUIRE(o.active().size() == 1);
+  REQUIRE(o.passive().size() == 3);
+  for (std::size_t i = 0; i < o.passive().size(); ++i) {
+    CHECK(o.passive_hashes()[i] == View::hash_of(o.passive()[i]));
+    const Member* m = v.find(o.passive()[i], o.passive_hashes()[i]);
+    REQUIRE(m != nullptr);
+    CHECK(m->d.id == o.passive()[i]);
+    CHECK(m->hash == o.passive_hashes()[i]);
+    CHECK(o.in_passive(o.passive()[i], m->hash));
+    CHECK_FALSE(o.in_active(o.passive()[i], m->hash));
+  }
+  CHECK(o.active_hashes()[0] == View::hash_of(o.active()[0]));
+  CHECK(v.find("nobody", View::hash_of("nobody")) == nullptr);
 }
 
 TEST_CASE("overlay: 40 peers with partial views hold bounded, symmetric active views and average") {
