@@ -45,10 +45,6 @@ std::optional<View::Change> View::merge(const MemberDigest& d, double now) {
   return merge(d, now, index_find(d.id, h), nullptr, h);
 }
 
-std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found, Member** added_out) {
-  return merge(d, now, found, added_out, found ? found->hash : id_hash(d.id));
-}
-
 std::optional<View::Change> View::merge(const MemberDigest& d, double now, Member* found, Member** added_out,
                                         std::size_t hash) {
   if (d.incarnation > kMaxIncarnation) return std::nullopt;

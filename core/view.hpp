@@ -95,11 +95,10 @@ class View {
   // Merges one digest (not about ourselves: the caller handles refutation). Returns the
   // change if the member's state changed or it is new.
   std::optional<Change> merge(const MemberDigest& d, double now);
-  // The same, for a caller that has just looked the member up: `known` is find(d.id) (nullptr
-  // if not known), which saves the second lookup on the hot path of partial views. A member
-  // newly learnt is written to *added (when given); members never move while held.
-  std::optional<Change> merge(const MemberDigest& d, double now, Member* known, Member** added = nullptr);
-  // The same with hash_of(d.id) already computed.
+  // The same, for a caller that has just looked the member up: `known` is find(d.id, hash)
+  // (nullptr if not known) and `hash` is hash_of(d.id), which saves the second lookup and the
+  // hashing on the hot path of partial views. A member newly learnt is written to *added (when
+  // given); members never move while held.
   std::optional<Change> merge(const MemberDigest& d, double now, Member* known, Member** added, std::size_t hash);
   // Local decisions (failure detector, graceful leave).
   std::optional<Change> set_state(const PeerId& id, MemberState s, double now);
