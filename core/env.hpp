@@ -56,7 +56,8 @@ class Env {
   // Delivery is best-effort: failures come back as Gossip::on_send_failed or as a timeout.
   virtual void send(const PeerId& to, Message msg) = 0;
   // Gossip::on_timer(id) after delay_s seconds. Timers cannot be cancelled: handlers check
-  // whether a timer is still relevant.
+  // whether a timer is still relevant. A negative delay is a timer already due, by that much
+  // (fire it at once; the simulator puts it among the inputs a busy peer held, in time order).
   virtual void set_timer(double delay_s, std::uint64_t id) = 0;
   // Close any connection to `peer` (after bad input); a no-op in the simulator.
   virtual void disconnect(const PeerId& peer) = 0;

@@ -271,7 +271,8 @@ bool Gossip::start_exchange(Partners partners) {
   }
   stats_.payload_bytes_sent += o.snap.bytes();
   ++stats_.payloads_sent;
-  env_.set_timer(cfg_.exchange_timeout_s, timer_id(kExchangeDeadline, o.id));
+  o.deadline = now + cfg_.exchange_timeout_s;
+  arm_deadline(kExchangeDeadline, o.deadline, cfg_.exchange_timeout_s);
   out_.push_back(std::move(o));
   steps_since_exchange_ = 0;
   return true;
@@ -469,11 +470,8 @@ void Gossip::on_timer(std::uint64_t id) {
   const double now = env_.now();
   switch (kind) {
     case kExchangeDeadline:
-      for (std::size_t i = 0; i < out_.size(); ++i)
-        if (out_[i].id == seq) {
-          fail_exchange(i, "no reply within the exchange deadline", false);
-          break;
-        }
+    case kIncomingDeadline:
+      on_deadline(kind, seq);
       break;
     case kJoinRetry:
       if (!joined_ && !join_failed_) {
@@ -491,11 +489,6 @@ void Gossip::on_timer(std::uint64_t id) {
       break;
     case kStateTimeout:
       on_state_timeout(seq);
-      break;
-    case kIncomingDeadline:
-      // The initiator's payload never came: drop our half (nothing mixed; it mixes nothing
-      // without our accept either).
-      std::erase_if(in_, [seq](const Incoming& x) { return x.seq == seq; });
       break;
     case kLeaveTimeout:
       if (leaving_ && !left_ && seq == leave_seq_) {
@@ -534,6 +527,45 @@ void Gossip::on_timer(std::uint64_t id) {
       break;
     }
   }
+}
+
+void Gossip::arm_deadline(TimerKind kind, double deadline, double delay) {
+  DeadlineTimer& t = kind == kExchangeDeadline ? out_deadline_ : in_deadline_;
+  if (t.at >= 0 && t.at <= deadline) return;  // the pending timer comes first and re-arms for this one
+  t.at = deadline;
+  t.seq = ++timer_seq_;
+  env_.set_timer(delay, timer_id(kind, t.seq));
+}
+
+void Gossip::on_deadline(TimerKind kind, std::uint64_t seq) {
+  DeadlineTimer& t = kind == kExchangeDeadline ? out_deadline_ : in_deadline_;
+  if (seq != t.seq) return;  // replaced by an earlier one
+  const double fired = t.at;
+  t.at = -1;
+  const double now = env_.now();
+  // Due: a deadline at or before the time this timer was set for (within rounding: a re-armed
+  // timer's time is computed), not before now. A peer busy with a step sees its timers and
+  // messages only when the step ends, in the order they came: a reply that came before its
+  // exchange's deadline, behind this timer, must still count. A deadline that passed while
+  // the peer was busy gets a timer now, behind what came before it.
+  const auto due = [fired](double d) { return d <= fired + 1e-9; };
+  double next = -1;
+  if (kind == kExchangeDeadline) {
+    // Each exchange whose deadline came is given up, oldest first (giving one up may change out_).
+    for (;;) {
+      const auto it = std::find_if(out_.begin(), out_.end(), [&](const Outstanding& o) { return due(o.deadline); });
+      if (it == out_.end()) break;
+      fail_exchange(static_cast<std::size_t>(it - out_.begin()), "no reply within the exchange deadline", false);
+    }
+    for (const Outstanding& o : out_) next = next < 0 ? o.deadline : std::min(next, o.deadline);
+  } else {
+    // The initiator's payload never came: drop our half (nothing mixed; it mixes nothing
+    // without our accept either).
+    std::erase_if(in_, [&](const Incoming& x) { return due(x.deadline); });
+    for (const Incoming& x : in_) next = next < 0 ? x.deadline : std::min(next, x.deadline);
+  }
+  // (A deadline already passed, seen late by a busy peer, gives a negative delay: Env::set_timer.)
+  if (next >= 0) arm_deadline(kind, next, next - now);
 }
 
 void Gossip::on_message(const PeerId& from, const Message& msg) {

@@ -371,6 +371,7 @@ class Gossip {
     // int4: reply-first (x_s goes once the reply says how to encode it), ŷ_s as decoded.
     bool absolute = false;
     std::vector<float> reply_decoded;
+    double deadline = 0;                    // given up at this time: arm_deadline()
   };
   enum TimerKind : std::uint64_t {
     kExchangeDeadline = 1, kJoinRetry = 2, kSuspectCheck = 3, kProbe = 4, kProbeTimeout = 5,
@@ -541,6 +542,17 @@ class Gossip {
   void note_round_trip(double seconds);
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
+  // The exchange deadlines (out_'s and in_'s) share one pending timer per side, armed for the
+  // earliest deadline still open and re-armed when it fires (arm_deadline(), on_deadline()):
+  // an exchange that ends in milliseconds leaves no timer of its own behind, and each still
+  // fails at its own deadline. (A timer per exchange was a tenth of the simulator's events.)
+  struct DeadlineTimer {
+    double at = -1;          // when the pending timer fires (-1: none pending)
+    std::uint64_t seq = 0;   // its id: an earlier one it replaced is ignored when it fires
+  };
+  DeadlineTimer out_deadline_, in_deadline_;
+  void arm_deadline(TimerKind kind, double deadline, double delay);
+  void on_deadline(TimerKind kind, std::uint64_t seq);
   std::uint64_t ping_seq_ = 0;
   std::uint64_t dead_ping_ = 0;  // ping_dead's turn
   PeerId direct_leave_;          // while on_leave handles a Leave: its sender
@@ -631,7 +643,7 @@ class Gossip {
   struct Incoming {
     PeerId peer;
     std::uint64_t id = 0;
-    std::uint64_t seq = 0;  // deadline timer
+    double deadline = 0;    // given up (nothing mixed) at this time: arm_deadline()
     double weight = 1;      // the initiator's weight a
     double mine_weight = 1; // ours b, as sent in the reply
     SentSnapshot mine;      // y_s as sent

@@ -163,10 +163,10 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     // Keep y_s until x_s arrives (one streamed exchange per peer: a newer one replaces it, its
     // initiator having given the old one up).
     std::erase_if(in_, [&](const Incoming& x) { return x.peer == from; });
-    Incoming inc{from, h.exchange_id, ++timer_seq_, a, b, std::move(mine)};
+    Incoming inc{from, h.exchange_id, env_.now() + cfg_.exchange_timeout_s, a, b, std::move(mine)};
     inc.fragment = h.fragment;
     inc.absolute = absolute;
-    env_.set_timer(cfg_.exchange_timeout_s, timer_id(kIncomingDeadline, inc.seq));
+    arm_deadline(kIncomingDeadline, inc.deadline, cfg_.exchange_timeout_s);
     in_.push_back(std::move(inc));
     return;
   }

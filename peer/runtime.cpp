@@ -42,7 +42,7 @@ class Runtime::RealEnv final : public Env {
   void send(const PeerId& to, Message msg) override { t_.send(to, std::move(msg)); }
   void set_timer(double delay_s, std::uint64_t id) override {
     Inbox* inbox = &inbox_;  // outlives the transport's I/O thread; this Env may not
-    t_.post_after(delay_s, [inbox, id] { inbox->push({InboxItem::Kind::Timer, {}, {}, {}, id}); });
+    t_.post_after(std::max(delay_s, 0.0), [inbox, id] { inbox->push({InboxItem::Kind::Timer, {}, {}, {}, id}); });
   }
   void disconnect(const PeerId& peer) override { t_.disconnect(peer); }
   Rng& rng() override { return rng_; }

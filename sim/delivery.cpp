@@ -66,6 +66,7 @@ bool Simulation::Impl::message_faults(std::uint32_t, std::uint32_t, Message& msg
 
 void Simulation::Impl::offer(Peer& p, Input in) {
   if (p.busy) {
+    in.t = now;
     p.inbox.push_back(in);
     return;
   }
@@ -95,14 +96,15 @@ void Simulation::Impl::handle(Peer& p, const Input& in) {
 }
 
 void Simulation::Impl::drain(Peer& p) {
-  while (!p.inbox.empty()) {
-    scratch.clear();
-    scratch.swap(p.inbox);
-    for (const Input& in : scratch) handle(p, in);
+  // By index: handling an input may insert one (a timer already due, SimEnv::set_timer) or
+  // end the peer's life (its inbox is then released).
+  p.draining = true;
+  for (p.drain_next = 0; p.drain_next < p.inbox.size();) {
+    const Input in = p.inbox[p.drain_next++];
+    handle(p, in);
   }
-  // Keep the larger (now empty) buffer with the peer: its inbox refills without allocating.
-  scratch.clear();
-  if (p.inbox.capacity() < scratch.capacity()) p.inbox.swap(scratch);
+  p.inbox.clear();  // keeps its capacity: it refills without allocating
+  p.draining = false;
 }
 
 void Simulation::Impl::release_inbox(Peer& p) {

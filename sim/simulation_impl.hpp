@@ -70,6 +70,7 @@ struct Input {
   enum class Kind : std::uint8_t { Message, Timer, SendFailed } kind;
   std::uint32_t other;  // SendFailed: the target
   std::uint64_t arg;    // Message: slab index; Timer: id
+  double t = 0;         // when it came (Impl::offer): an inbox is in this order
 };
 
 struct Slot {
@@ -114,6 +115,8 @@ struct Peer {
   bool stepping = false;        // a Step is in progress (with training off: a tick is due)
   bool skip_drain = false;      // after the final evaluation: exit without handling more inputs
   bool served = false;          // compute.driver = python: the script's serve() after its last step began
+  bool draining = false;        // handling the inputs its inbox held (Impl::drain)
+  std::size_t drain_next = 0;   // while draining: the inbox entry handled next
   double wait_until = -1;       // the WaitTick event set for the current wait
   std::uint64_t wait_iter = 0, step_iter = 0;  // void earlier WaitTick / Tick events
   std::uint32_t cpu = 0;  // its scheduler weight in Impl::cpu_weight (compute.shared_cores)
@@ -161,7 +164,6 @@ struct Simulation::Impl {
   std::vector<Peer> peers;
   std::vector<Slot> slots;
   std::vector<std::uint32_t> free_slots;
-  std::vector<Input> scratch;
   Rng churn_rng;
   Totals totals;
   std::vector<Sample> samples;
@@ -303,6 +305,18 @@ class SimEnv final : public Env {
   double now() const override { return w_.now * rate_; }
   void send(const PeerId& to, Message msg) override { w_.send(peer_, to, std::move(msg)); }
   void set_timer(double delay_s, std::uint64_t id) override {
+    // A timer already due (delay_s < 0 says how long ago), set while the peer works through
+    // the inputs it held during a step: it joins them where it would have come, after the
+    // inputs that arrived before its time. (An exchange deadline that passed while the peer
+    // was busy, re-armed late by Gossip::on_deadline, is seen where a timer of its own was.)
+    if (delay_s < 0 && w_.peers[peer_].draining) {
+      Peer& p = w_.peers[peer_];
+      const double at = w_.now + delay_s / rate_;
+      auto pos = p.inbox.begin() + static_cast<std::ptrdiff_t>(p.drain_next);
+      while (pos != p.inbox.end() && pos->t < at) ++pos;
+      p.inbox.insert(pos, Input{Input::Kind::Timer, 0, id, at});
+      return;
+    }
     w_.schedule(w_.now + std::max(delay_s, 0.0) / rate_, EventKind::Timer, peer_, life_, id);
   }
   void set_rate(double r) { rate_ = r; }

@@ -143,7 +143,7 @@ inline void FixtureEnv::send(const PeerId& to, Message msg) {
   }
   c->push({c->now + c->latency, 0, 1, to, self, std::make_shared<Message>(std::move(msg))});
 }
-inline void FixtureEnv::set_timer(double d, std::uint64_t id) { c->push({c->now + d, 0, 2, self, {}, nullptr, id}); }
+inline void FixtureEnv::set_timer(double d, std::uint64_t id) { c->push({c->now + std::max(d, 0.0), 0, 2, self, {}, nullptr, id}); }
 
 inline std::vector<float> random_params(std::size_t n, std::uint64_t seed) {
   Rng r(seed);

@@ -408,10 +408,15 @@ namespace {
 struct TimerEnv final : Env {
   std::vector<std::pair<PeerId, Message>> sent;
   std::vector<std::uint64_t> timers;
+  std::vector<double> delays;  // of each timer
+  double t = 0;                // the clock, which a test moves
   Rng r{1};
-  double now() const override { return 0; }
+  double now() const override { return t; }
   void send(const PeerId& to, Message m) override { sent.emplace_back(to, std::move(m)); }
-  void set_timer(double, std::uint64_t id) override { timers.push_back(id); }
+  void set_timer(double d, std::uint64_t id) override {
+    timers.push_back(id);
+    delays.push_back(d);
+  }
   void disconnect(const PeerId&) override {}
   Rng& rng() override { return r; }
   std::vector<std::string> reasons;  // of every event
@@ -441,6 +446,7 @@ struct Pair {
     a->on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
     ea.sent.clear();
     ea.timers.clear();
+    ea.delays.clear();
   }
   static std::vector<Message> of(const std::vector<std::pair<PeerId, Message>>& sent, MsgType t) {
     std::vector<Message> v;
@@ -575,6 +581,76 @@ TEST_CASE("gossip: x_s bad only in its last chunk leaves both sides unmixed (NaN
     for (std::size_t i : {std::size_t{0}, n / 2, n - 1})
       CHECK(double(p.pa[i]) + double(p.pb[i]) == doctest::Approx(double(p.pa0[i]) + double(p.pb0[i])).epsilon(1e-6));
   }
+}
+
+TEST_CASE("gossip: exchange deadlines share one timer per side, and each exchange still fails at its own") {
+  // Timer ids carry their kind in the top byte (Gossip::timer_id): 1 the initiator's exchange
+  // deadline, 9 the responder's.
+  const auto deadlines = [](const TimerEnv& e, std::uint64_t kind) {
+    std::vector<std::pair<std::uint64_t, double>> v;
+    for (std::size_t i = 0; i < e.timers.size(); ++i)
+      if (e.timers[i] >> 56 == kind) v.emplace_back(e.timers[i], e.delays[i]);
+    return v;
+  };
+  Pair p(64, GossipConfig{});
+  // Exchange 1 at t = 0 completes at once: each side arms one deadline timer, for t = 5.
+  p.a->on_step_done(1, 10);
+  p.b->on_message("a", p.ea.sent[0].second);
+  for (const Message& y : Pair::of(p.eb.sent, MsgType::ExchangeReply)) p.a->on_message("b", y);
+  for (const Message& x : Pair::of(p.ea.sent, MsgType::ExchangePayload)) p.b->on_message("a", x);
+  for (const Message& acc : Pair::of(p.eb.sent, MsgType::ExchangeAccept)) p.a->on_message("b", acc);
+  REQUIRE(p.a->stats().exchanges == 1);
+  REQUIRE(deadlines(p.ea, 1).size() == 1);
+  REQUIRE(deadlines(p.eb, 9).size() == 1);
+  CHECK(deadlines(p.ea, 1)[0].second == 5.0);
+  // Exchange 2 at t = 1: B answers the header, then nothing more comes either way. No new
+  // timer on either side: the pending ones come first.
+  p.ea.t = p.eb.t = 1;
+  p.ea.sent.clear();
+  p.eb.sent.clear();
+  p.a->on_step_done(2, 20);
+  REQUIRE(p.a->exchanges_in_flight() == 1);
+  p.b->on_message("a", p.ea.sent[0].second);
+  const auto payload2 = Pair::of(p.ea.sent, MsgType::ExchangePayload);
+  REQUIRE(payload2.size() == 1);
+  CHECK(deadlines(p.ea, 1).size() == 1);
+  CHECK(deadlines(p.eb, 9).size() == 1);
+  // t = 5: the pending timers fire for exchange 1, which is over. Exchange 2 is not given up
+  // (its deadline is t = 6): each side re-arms for it.
+  p.ea.t = p.eb.t = 5;
+  p.a->on_timer(deadlines(p.ea, 1)[0].first);
+  p.b->on_timer(deadlines(p.eb, 9)[0].first);
+  CHECK(p.a->stats().failed == 0);
+  CHECK(p.a->exchanges_in_flight() == 1);
+  REQUIRE(deadlines(p.ea, 1).size() == 2);
+  REQUIRE(deadlines(p.eb, 9).size() == 2);
+  CHECK(deadlines(p.ea, 1)[1].second == doctest::Approx(1.0));
+  CHECK(deadlines(p.eb, 9)[1].second == doctest::Approx(1.0));
+  // The first timer again (a duplicate, or one replaced): nothing.
+  p.a->on_timer(deadlines(p.ea, 1)[0].first);
+  CHECK(p.a->exchanges_in_flight() == 1);
+  // t = 6: both halves of exchange 2 are given up, and no timer is left armed.
+  p.ea.t = p.eb.t = 6;
+  p.a->on_timer(deadlines(p.ea, 1)[1].first);
+  p.b->on_timer(deadlines(p.eb, 9)[1].first);
+  CHECK(p.a->stats().failed == 1);
+  CHECK(p.a->exchanges_in_flight() == 0);
+  CHECK(std::count(p.ea.reasons.begin(), p.ea.reasons.end(), "no reply within the exchange deadline") == 1);
+  CHECK(deadlines(p.ea, 1).size() == 2);
+  CHECK(deadlines(p.eb, 9).size() == 2);
+  // B dropped its half: x_s arriving now mixes nothing and is not accepted.
+  const std::vector<float> pb_before = p.pb;
+  p.eb.sent.clear();
+  p.b->on_message("a", payload2[0]);
+  CHECK(Pair::of(p.eb.sent, MsgType::ExchangeAccept).empty());
+  CHECK(p.pb == pb_before);
+  // Exchange 3 at t = 7 arms a timer of its own again.
+  p.ea.t = 7;
+  p.a->on_message("b", make_message(MsgType::Ping, PingMsg{3, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+  p.a->on_step_done(3, 30);
+  CHECK(p.a->exchanges_in_flight() == 1);
+  REQUIRE(deadlines(p.ea, 1).size() == 3);
+  CHECK(deadlines(p.ea, 1)[2].second == 5.0);
 }
 
 TEST_CASE("gossip: a reply chunk that is bad or out of place fails the exchange on the initiator, which mixes nothing") {
