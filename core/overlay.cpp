@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.hpp"
 #include "core/view.hpp"
 
 namespace rumor {
@@ -11,29 +12,90 @@ namespace rumor {
 namespace {
 // View::hash_of: the hashes kept here are handed to View lookups (Gossip passes them on).
 std::size_t id_hash(const PeerId& id) { return View::hash_of(id); }
-std::size_t find_in(const std::vector<PeerId>& ids, const std::vector<std::size_t>& hashes, const PeerId& id,
-                    std::size_t h) {
-  for (std::size_t i = 0; i < hashes.size(); ++i)
-    if (hashes[i] == h && ids[i] == id) return i;
-  return ids.size();
-}
 }  // namespace
 
-std::size_t Overlay::Ids::find(const PeerId& id, std::size_t h) const { return find_in(ids, hashes, id, h); }
+std::size_t Overlay::slot_of(const PeerId& id, std::size_t h) const {
+  if (slots_.empty()) return 0;
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    const std::uint32_t c = slots_[i];
+    if (c == 0) return slots_.size();
+    if (hash_at(c) == h && id_at(c) == id) return i;
+  }
+}
+
+std::size_t Overlay::slot_of(std::uint32_t c, std::size_t h) const {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = h & mask;
+  while (slots_[i] != c) {
+    RUMOR_CHECK(slots_[i] != 0);
+    i = (i + 1) & mask;
+  }
+  return i;
+}
+
+void Overlay::slot_insert(std::uint32_t c, std::size_t h) {
+  if (2 * (slots_used_ + 1) > slots_.size()) {
+    // Grow: every entry of both views again (the codes stay, their slots move).
+    slots_.assign(std::max<std::size_t>(16, 2 * slots_.size()), 0);
+    slots_used_ = 0;
+    for (std::size_t i = 0; i < active_.size(); ++i)
+      if (code(false, i) != c) slot_insert(code(false, i), active_h_[i]);
+    for (std::size_t i = 0; i < passive_.size(); ++i)
+      if (code(true, i) != c) slot_insert(code(true, i), passive_h_[i]);
+  }
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = h & mask;
+  while (slots_[i] != 0) i = (i + 1) & mask;
+  slots_[i] = c;
+  ++slots_used_;
+}
+
+void Overlay::slot_erase(std::size_t i) {
+  const std::size_t mask = slots_.size() - 1;
+  slots_[i] = 0;
+  --slots_used_;
+  // Backward shift: later entries of the probe run move into the hole when their home allows.
+  for (std::size_t j = (i + 1) & mask; slots_[j] != 0; j = (j + 1) & mask) {
+    const std::size_t home = hash_at(slots_[j]) & mask;
+    // j's entry may move to i if its home is not in the cyclic range (i, j].
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      slots_[i] = slots_[j];
+      slots_[j] = 0;
+      i = j;
+    }
+  }
+}
+
+std::size_t Overlay::Ids::find(const PeerId& id, std::size_t h) const {
+  const std::size_t s = o.slot_of(id, h);
+  if (s == o.slots_.size()) return ids.size();
+  const std::uint32_t c = o.slots_[s];
+  return ((c & kPassiveTag) != 0) == passive ? (c & ~kPassiveTag) - 1 : ids.size();
+}
 void Overlay::Ids::push(const PeerId& id, std::size_t h) {
   ids.push_back(id);
   hashes.push_back(h);
+  o.slot_insert(code(passive, ids.size() - 1), h);
 }
 void Overlay::Ids::put(std::size_t i, const PeerId& id, std::size_t h) {
+  o.slot_erase(o.slot_of(code(passive, i), hashes[i]));
   ids[i] = id;
   hashes[i] = h;
+  o.slot_insert(code(passive, i), h);
 }
 bool Overlay::Ids::erase(const PeerId& id, std::size_t h) {
   const std::size_t i = find(id, h);
   if (i == ids.size()) return false;
+  o.slot_erase(o.slot_of(code(passive, i), h));
   // Order does not matter; what it is stays a function of the history.
-  ids[i] = std::move(ids.back());
-  hashes[i] = hashes.back();
+  const std::size_t last = ids.size() - 1;
+  if (i != last) {
+    // The last entry moves to i: its slot's code follows it.
+    o.slots_[o.slot_of(code(passive, last), hashes[last])] = code(passive, i);
+    ids[i] = std::move(ids[last]);
+    hashes[i] = hashes[last];
+  }
   ids.pop_back();
   hashes.pop_back();
   return true;
@@ -46,9 +108,13 @@ std::size_t default_active_view(std::size_t n) {
 
 bool Overlay::in_active(const PeerId& id) const { return in_active(id, id_hash(id)); }
 bool Overlay::in_passive(const PeerId& id) const { return in_passive(id, id_hash(id)); }
-bool Overlay::in_active(const PeerId& id, std::size_t h) const { return find_in(active_, active_h_, id, h) != active_.size(); }
+bool Overlay::in_active(const PeerId& id, std::size_t h) const {
+  const std::size_t s = slot_of(id, h);
+  return s != slots_.size() && (slots_[s] & kPassiveTag) == 0;
+}
 bool Overlay::in_passive(const PeerId& id, std::size_t h) const {
-  return find_in(passive_, passive_h_, id, h) != passive_.size();
+  const std::size_t s = slot_of(id, h);
+  return s != slots_.size() && (slots_[s] & kPassiveTag) != 0;
 }
 
 std::optional<PeerId> Overlay::add_active(PeerId id, Rng& rng) {
@@ -73,9 +139,7 @@ std::optional<PeerId> Overlay::add_passive(const PeerId& id, Rng& rng) {
 }
 
 std::optional<PeerId> Overlay::add_passive(const PeerId& id, std::size_t h, Rng& rng, std::size_t* dropped_hash) {
-  if (active_ids().find(id, h) != active_.size() || passive_ids().find(id, h) != passive_.size() ||
-      passive_cap_ == 0)
-    return std::nullopt;
+  if (passive_cap_ == 0 || slot_of(id, h) != slots_.size()) return std::nullopt;  // in a view already
   if (passive_.size() < passive_cap_) {
     passive_ids().push(id, h);
     return std::nullopt;

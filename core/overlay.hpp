@@ -10,6 +10,7 @@
 // capacities; a member is in `pending` only while it is in passive.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -73,9 +74,24 @@ class Overlay {
 
  private:
   static std::vector<PeerId> sample(const std::vector<PeerId>& v, std::size_t k, Rng& rng);
-  // Each view's ids, with their hashes beside them in the same order: membership tests (a
-  // few per digest entry received) compare hashes and only a match's string.
+  // Each view's ids, with their hashes beside them in the same order, and one small
+  // open-addressing table over both views (slots_): a membership test (a few per digest entry
+  // received, about 16 per message) probes a slot or two instead of scanning the views.
+  // A slot holds 0 (empty) or a view's tag and an index in it (code()); linear probing from
+  // the hash, backward-shift deletion (no tombstones), as View's index.
+  static constexpr std::uint32_t kPassiveTag = 1u << 31;
+  static std::uint32_t code(bool passive, std::size_t i) {
+    return (passive ? kPassiveTag : 0u) | static_cast<std::uint32_t>(i + 1);
+  }
+  std::size_t hash_at(std::uint32_t c) const { return (c & kPassiveTag ? passive_h_ : active_h_)[(c & ~kPassiveTag) - 1]; }
+  const PeerId& id_at(std::uint32_t c) const { return (c & kPassiveTag ? passive_ : active_)[(c & ~kPassiveTag) - 1]; }
+  std::size_t slot_of(const PeerId& id, std::size_t h) const;  // slots_.size() if absent
+  std::size_t slot_of(std::uint32_t c, std::size_t h) const;   // the slot holding code c
+  void slot_insert(std::uint32_t c, std::size_t h);
+  void slot_erase(std::size_t slot);
   struct Ids {
+    Overlay& o;
+    bool passive;
     std::vector<PeerId>& ids;
     std::vector<std::size_t>& hashes;
     std::size_t find(const PeerId& id, std::size_t h) const;  // ids.size() if absent
@@ -83,11 +99,13 @@ class Overlay {
     void put(std::size_t i, const PeerId& id, std::size_t h);
     bool erase(const PeerId& id, std::size_t h);  // swap-remove
   };
-  Ids active_ids() { return {active_, active_h_}; }
-  Ids passive_ids() { return {passive_, passive_h_}; }
+  Ids active_ids() { return {*this, false, active_, active_h_}; }
+  Ids passive_ids() { return {*this, true, passive_, passive_h_}; }
   std::size_t active_cap_, passive_cap_;
   std::vector<PeerId> active_, passive_;
   std::vector<std::size_t> active_h_, passive_h_;
+  std::vector<std::uint32_t> slots_;
+  std::size_t slots_used_ = 0;
 };
 
 // log2(n) + 1, at least 4: the active view's default size for an estimated swarm of n.

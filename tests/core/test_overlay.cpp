@@ -201,3 +201,33 @@ TEST_CASE("overlay: views stay full below the threshold with view auto, and go p
   for (const auto& [id, n] : c.nodes) partial += n->g->partial();
   CHECK(partial == 20);
 }
+
+TEST_CASE("overlay: its lookup table answers as a scan of both views would, through every kind of change") {
+  // Random adds, promotions, demotions and removals over 300 ids with small views (the table
+  // grows, entries move on swap-removes and on backward shifts); after each, every id's
+  // membership is checked against the views themselves.
+  Rng rng(7);
+  for (const auto& [a, p] : {std::pair<std::size_t, std::size_t>{4, 24}, {7, 42}, {1, 3}}) {
+    Overlay o(a, p);
+    std::vector<PeerId> ids;
+    for (int i = 0; i < 300; ++i) ids.push_back("m" + std::to_string(i));
+    const auto scan = [](const std::vector<PeerId>& v, const PeerId& id) { return std::find(v.begin(), v.end(), id) != v.end(); };
+    for (int step = 0; step < 4000; ++step) {
+      const PeerId& id = ids[rng.below(ids.size())];
+      switch (rng.below(5)) {
+        case 0: o.add_active(id, rng); break;
+        case 1:
+        case 2: o.add_passive(id, rng); break;
+        case 3: o.demote(id, rng); break;
+        case 4: o.remove(id); break;
+      }
+      if (step % 7 == 0 || step > 3900)
+        for (const PeerId& x : ids) {
+          REQUIRE(o.in_active(x) == scan(o.active(), x));
+          REQUIRE(o.in_passive(x) == scan(o.passive(), x));
+        }
+      REQUIRE(o.active().size() <= a);
+      REQUIRE(o.passive().size() <= p);
+    }
+  }
+}
