@@ -176,7 +176,7 @@ void Gossip::report_change(const View::Change& c) {
         if (overlay_->in_active(c.id)) {
           OverlayMsg d;
           d.kind = OverlayKind::Disconnect;
-          overlay_send(c.id, d);
+          overlay_send(c.id, std::move(d));
         }
         overlay_lost(c.id, false);
       }

@@ -110,7 +110,7 @@ void Gossip::overlay_link(const PeerId& id) {
   if (auto dropped = overlay_->add_active(id, env_.rng())) {
     OverlayMsg d;
     d.kind = OverlayKind::Disconnect;
-    overlay_send(*dropped, d);
+    overlay_send(*dropped, std::move(d));
   }
 }
 
@@ -139,7 +139,7 @@ void Gossip::overlay_fill() {
     OverlayMsg n;
     n.kind = OverlayKind::Neighbor;
     n.priority = overlay_->active().empty();
-    overlay_send(id, n);
+    overlay_send(id, std::move(n));
   }
 }
 
@@ -191,7 +191,7 @@ void Gossip::overlay_shuffle() {
       s.ttl = kShuffleWalk;
       s.subject = view_.self();
       s.peers = overlay_sample(true);
-      overlay_send(target, s);
+      overlay_send(target, std::move(s));
     }
     overlay_trim();
   }
@@ -262,7 +262,7 @@ void Gossip::overlay_join(const PeerId& joiner) {
       f.kind = OverlayKind::ForwardJoin;
       f.ttl = kActiveWalk;
       f.subject = jd;
-      overlay_send(a, f);
+      overlay_send(a, std::move(f));
     }
   // Unlike HyParView's contact node, the seed links the joiner only if it has room: a burst of
   // joiners through one seed would otherwise fill its active view with joiners, and the walks
@@ -272,7 +272,7 @@ void Gossip::overlay_join(const PeerId& joiner) {
     OverlayMsg n;
     n.kind = OverlayKind::Neighbor;
     n.priority = true;
-    overlay_send(joiner, n);
+    overlay_send(joiner, std::move(n));
   }
 }
 
@@ -353,7 +353,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
           f.kind = OverlayKind::ForwardJoin;
           f.ttl = static_cast<std::uint8_t>(o.ttl - 1);
           f.subject = j;
-          overlay_send(next, f);
+          overlay_send(next, std::move(f));
           return;
         }
       }
@@ -364,7 +364,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
       OverlayMsg n;
       n.kind = OverlayKind::Neighbor;
       n.priority = true;
-      overlay_send(j.id, n);
+      overlay_send(j.id, std::move(n));
       return;
     }
     case OverlayKind::Neighbor: {
@@ -407,7 +407,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
         if (!next.empty()) {
           OverlayMsg f = o;
           f.ttl = static_cast<std::uint8_t>(o.ttl - 1);
-          overlay_send(next, f);
+          overlay_send(next, std::move(f));
           return;
         }
       }
@@ -415,7 +415,7 @@ void Gossip::on_overlay(const PeerId& from, const Message& msg) {
       r.kind = OverlayKind::ShuffleReply;
       r.subject = me;
       r.peers = overlay_sample(false);
-      overlay_send(o.subject.id, r);
+      overlay_send(o.subject.id, std::move(r));
       overlay_accept_sample(o.peers);
       overlay_learn(o.subject);
       return;

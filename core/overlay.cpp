@@ -17,18 +17,19 @@ std::size_t id_hash(const PeerId& id) { return View::hash_of(id); }
 std::size_t Overlay::slot_of(const PeerId& id, std::size_t h) const {
   if (slots_.empty()) return 0;
   const std::size_t mask = slots_.size() - 1;
+  const auto low = static_cast<std::uint32_t>(h);
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-    const std::uint32_t c = slots_[i];
-    if (c == 0) return slots_.size();
-    if (hash_at(c) == h && id_at(c) == id) return i;
+    const Slot& s = slots_[i];
+    if (s.code == 0) return slots_.size();
+    if (s.hash == low && id_at(s.code) == id) return i;  // (the id decides: equal low bits are not equal hashes)
   }
 }
 
 std::size_t Overlay::slot_of(std::uint32_t c, std::size_t h) const {
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = h & mask;
-  while (slots_[i] != c) {
-    RUMOR_CHECK(slots_[i] != 0);
+  while (slots_[i].code != c) {
+    RUMOR_CHECK(slots_[i].code != 0);
     i = (i + 1) & mask;
   }
   return i;
@@ -37,7 +38,7 @@ std::size_t Overlay::slot_of(std::uint32_t c, std::size_t h) const {
 void Overlay::slot_insert(std::uint32_t c, std::size_t h) {
   if (2 * (slots_used_ + 1) > slots_.size()) {
     // Grow: every entry of both views again (the codes stay, their slots move).
-    slots_.assign(std::max<std::size_t>(16, 2 * slots_.size()), 0);
+    slots_.assign(std::max<std::size_t>(16, 2 * slots_.size()), Slot{});
     slots_used_ = 0;
     for (std::size_t i = 0; i < active_.size(); ++i)
       if (code(false, i) != c) slot_insert(code(false, i), active_h_[i]);
@@ -46,22 +47,22 @@ void Overlay::slot_insert(std::uint32_t c, std::size_t h) {
   }
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = h & mask;
-  while (slots_[i] != 0) i = (i + 1) & mask;
-  slots_[i] = c;
+  while (slots_[i].code != 0) i = (i + 1) & mask;
+  slots_[i] = {c, static_cast<std::uint32_t>(h)};
   ++slots_used_;
 }
 
 void Overlay::slot_erase(std::size_t i) {
   const std::size_t mask = slots_.size() - 1;
-  slots_[i] = 0;
+  slots_[i] = {};
   --slots_used_;
   // Backward shift: later entries of the probe run move into the hole when their home allows.
-  for (std::size_t j = (i + 1) & mask; slots_[j] != 0; j = (j + 1) & mask) {
-    const std::size_t home = hash_at(slots_[j]) & mask;
+  for (std::size_t j = (i + 1) & mask; slots_[j].code != 0; j = (j + 1) & mask) {
+    const std::size_t home = slots_[j].hash & mask;
     // j's entry may move to i if its home is not in the cyclic range (i, j].
     if (((j - home) & mask) >= ((j - i) & mask)) {
       slots_[i] = slots_[j];
-      slots_[j] = 0;
+      slots_[j] = {};
       i = j;
     }
   }
@@ -70,7 +71,7 @@ void Overlay::slot_erase(std::size_t i) {
 std::size_t Overlay::Ids::find(const PeerId& id, std::size_t h) const {
   const std::size_t s = o.slot_of(id, h);
   if (s == o.slots_.size()) return ids.size();
-  const std::uint32_t c = o.slots_[s];
+  const std::uint32_t c = o.slots_[s].code;
   return ((c & kPassiveTag) != 0) == passive ? (c & ~kPassiveTag) - 1 : ids.size();
 }
 void Overlay::Ids::push(const PeerId& id, std::size_t h) {
@@ -92,7 +93,7 @@ bool Overlay::Ids::erase(const PeerId& id, std::size_t h) {
   const std::size_t last = ids.size() - 1;
   if (i != last) {
     // The last entry moves to i: its slot's code follows it.
-    o.slots_[o.slot_of(code(passive, last), hashes[last])] = code(passive, i);
+    o.slots_[o.slot_of(code(passive, last), hashes[last])].code = code(passive, i);
     ids[i] = std::move(ids[last]);
     hashes[i] = hashes[last];
   }
@@ -110,11 +111,11 @@ bool Overlay::in_active(const PeerId& id) const { return in_active(id, id_hash(i
 bool Overlay::in_passive(const PeerId& id) const { return in_passive(id, id_hash(id)); }
 bool Overlay::in_active(const PeerId& id, std::size_t h) const {
   const std::size_t s = slot_of(id, h);
-  return s != slots_.size() && (slots_[s] & kPassiveTag) == 0;
+  return s != slots_.size() && (slots_[s].code & kPassiveTag) == 0;
 }
 bool Overlay::in_passive(const PeerId& id, std::size_t h) const {
   const std::size_t s = slot_of(id, h);
-  return s != slots_.size() && (slots_[s] & kPassiveTag) != 0;
+  return s != slots_.size() && (slots_[s].code & kPassiveTag) != 0;
 }
 
 std::optional<PeerId> Overlay::add_active(PeerId id, Rng& rng) {

@@ -77,13 +77,14 @@ class Overlay {
   // Each view's ids, with their hashes beside them in the same order, and one small
   // open-addressing table over both views (slots_): a membership test (a few per digest entry
   // received, about 16 per message) probes a slot or two instead of scanning the views.
-  // A slot holds 0 (empty) or a view's tag and an index in it (code()); linear probing from
-  // the hash, backward-shift deletion (no tombstones), as View's index.
+  // A slot holds a code (0: empty), a view's tag and an index in it (code()), beside the low
+  // 32 bits of the id's hash: a probe compares those and reads the id only on a match, so a
+  // lookup touches one line of the table (the views' lines only for the member it finds).
+  // Linear probing from the hash, backward-shift deletion (no tombstones), as View's index.
   static constexpr std::uint32_t kPassiveTag = 1u << 31;
   static std::uint32_t code(bool passive, std::size_t i) {
     return (passive ? kPassiveTag : 0u) | static_cast<std::uint32_t>(i + 1);
   }
-  std::size_t hash_at(std::uint32_t c) const { return (c & kPassiveTag ? passive_h_ : active_h_)[(c & ~kPassiveTag) - 1]; }
   const PeerId& id_at(std::uint32_t c) const { return (c & kPassiveTag ? passive_ : active_)[(c & ~kPassiveTag) - 1]; }
   std::size_t slot_of(const PeerId& id, std::size_t h) const;  // slots_.size() if absent
   std::size_t slot_of(std::uint32_t c, std::size_t h) const;   // the slot holding code c
@@ -104,7 +105,11 @@ class Overlay {
   std::size_t active_cap_, passive_cap_;
   std::vector<PeerId> active_, passive_;
   std::vector<std::size_t> active_h_, passive_h_;
-  std::vector<std::uint32_t> slots_;
+  struct Slot {
+    std::uint32_t code = 0;
+    std::uint32_t hash = 0;  // the low 32 bits of the id's hash (and so its home slot)
+  };
+  std::vector<Slot> slots_;
   std::size_t slots_used_ = 0;
 };
 
