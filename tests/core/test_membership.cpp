@@ -387,3 +387,59 @@ TEST_CASE("view: lookups by id agree with the members held through merges, state
     }
   }
 }
+
+TEST_CASE("wire: member digests have docs/wire.md's layout, and a cut or bad byte anywhere is refused") {
+  // A Ping: seq, the digest list, `about`. Per member: a uint64 length and the id's bytes,
+  // incarnation, state (1 byte), clock, samples, done (1 byte); integers little-endian.
+  PingMsg m{7, {MemberDigest{"p1", 3, MemberState::Suspect, 11, 640, false}, MemberDigest{"peer-two", 0, MemberState::Alive, 5, 320, true}}, "ab"};
+  Bytes want;
+  const auto u64 = [&](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) want.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  const auto str = [&](const std::string& s) {
+    u64(s.size());
+    want.insert(want.end(), s.begin(), s.end());
+  };
+  u64(7);
+  u64(2);
+  for (const MemberDigest& d : m.view) {
+    str(d.id);
+    u64(d.incarnation);
+    want.push_back(static_cast<std::uint8_t>(d.state));
+    u64(d.clock);
+    u64(d.samples);
+    want.push_back(d.done ? 1 : 0);
+  }
+  str("ab");
+  const Message msg = make_message(MsgType::Ping, m);
+  CHECK(msg.header == want);
+  const PingMsg back = decode_ping(msg);
+  REQUIRE(back.view.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(back.view[i].id == m.view[i].id);
+    CHECK(back.view[i].incarnation == m.view[i].incarnation);
+    CHECK(back.view[i].state == m.view[i].state);
+    CHECK(back.view[i].clock == m.view[i].clock);
+    CHECK(back.view[i].samples == m.view[i].samples);
+    CHECK(back.view[i].done == m.view[i].done);
+  }
+  CHECK(back.about == "ab");
+  // Every cut is refused (a DecodeError, never a crash or a partial list).
+  for (std::size_t n = 0; n < want.size(); ++n) {
+    Message cut = msg;
+    cut.header.resize(n);
+    CHECK_THROWS_AS(decode_ping(cut), DecodeError);
+  }
+  // A count or an id length beyond the bytes left, a done byte that is not 0 or 1, a state
+  // past Left: refused.
+  const auto bad = [&](std::size_t at, std::uint8_t byte) {
+    Message b = msg;
+    b.header[at] = byte;
+    return b;
+  };
+  CHECK_THROWS_WITH_AS(decode_ping(bad(8, 200)), "malformed Ping: length prefix exceeds message header size", DecodeError);
+  CHECK_THROWS_WITH_AS(decode_ping(bad(16, 200)), "malformed Ping: length prefix exceeds message header size", DecodeError);
+  const std::size_t done1 = 8 + 8 + (8 + 2 + 8 + 1 + 8 + 8);  // the first member's done byte
+  CHECK_THROWS_WITH_AS(decode_ping(bad(done1, 2)), "malformed Ping: boolean field holds 2, not 0 or 1", DecodeError);
+  CHECK_THROWS_AS(decode_ping(bad(8 + 8 + 8 + 2 + 8, 9)), DecodeError);  // the first member's state
+}
