@@ -92,7 +92,7 @@ void Gossip::overlay_learn(const MemberDigest& d, Member* known, std::size_t has
 }
 
 bool Gossip::overlay_in_use(const PeerId& id, const Member& m, std::size_t hash) const {
-  if (overlay_->in_active(id, hash) || overlay_->in_passive(id, hash)) return true;
+  if (overlay_->in_views(id, hash)) return true;
   if (!m.live() && overlay_->buried.count(id)) return true;  // a recent tombstone: keeps stale gossip out
   if (find_out(id) != npos || answering(id)) return true;
   if ((transfer_ && transfer_->source == id) || (probe_ && probe_->target == id)) return true;

@@ -86,9 +86,10 @@ void Overlay::Ids::put(std::size_t i, const PeerId& id, std::size_t h) {
   o.slot_insert(code(passive, i), h);
 }
 bool Overlay::Ids::erase(const PeerId& id, std::size_t h) {
-  const std::size_t i = find(id, h);
-  if (i == ids.size()) return false;
-  o.slot_erase(o.slot_of(code(passive, i), h));
+  const std::size_t s = o.slot_of(id, h);
+  if (s == o.slots_.size() || ((o.slots_[s].code & kPassiveTag) != 0) != passive) return false;
+  const std::size_t i = (o.slots_[s].code & ~kPassiveTag) - 1;
+  o.slot_erase(s);
   // Order does not matter; what it is stays a function of the history.
   const std::size_t last = ids.size() - 1;
   if (i != last) {
@@ -140,7 +141,7 @@ std::optional<PeerId> Overlay::add_passive(const PeerId& id, Rng& rng) {
 }
 
 std::optional<PeerId> Overlay::add_passive(const PeerId& id, std::size_t h, Rng& rng, std::size_t* dropped_hash) {
-  if (passive_cap_ == 0 || slot_of(id, h) != slots_.size()) return std::nullopt;  // in a view already
+  if (passive_cap_ == 0 || in_views(id, h)) return std::nullopt;
   if (passive_.size() < passive_cap_) {
     passive_ids().push(id, h);
     return std::nullopt;

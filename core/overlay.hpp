@@ -38,6 +38,8 @@ class Overlay {
   // The same with the id's hash (View::hash_of) already computed.
   bool in_active(const PeerId& id, std::size_t hash) const;
   bool in_passive(const PeerId& id, std::size_t hash) const;
+  // In either view (one lookup).
+  bool in_views(const PeerId& id, std::size_t hash) const { return slot_of(id, hash) != slots_.size(); }
   bool active_full() const { return active_.size() >= active_cap_; }
 
   // Adds `id` to the active view (out of the passive view). If the view was full, a random

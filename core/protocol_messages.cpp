@@ -37,10 +37,10 @@ void CEREAL_SAVE_FUNCTION_NAME(ByteVectorOutputArchive& ar, const std::vector<Me
 }
 
 void CEREAL_LOAD_FUNCTION_NAME(SafeBinaryInputArchive& ar, std::vector<MemberDigest>& v) {
-  const auto length = [&ar] {
+  const auto length = [&ar] {  // serial.hpp's size tag: read, and checked against the bytes left
     std::uint64_t n = 0;
-    ar.loadBinary(&n, sizeof n);
-    if (n > ar.remaining()) throw DecodeError("length prefix exceeds message header size");
+    auto tag = cereal::make_size_tag(n);
+    CEREAL_SERIALIZE_FUNCTION_NAME(ar, tag);
     return static_cast<std::size_t>(n);
   };
   v.resize(length());

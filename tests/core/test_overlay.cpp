@@ -225,6 +225,7 @@ TEST_CASE("overlay: its lookup table answers as a scan of both views would, thro
         for (const PeerId& x : ids) {
           REQUIRE(o.in_active(x) == scan(o.active(), x));
           REQUIRE(o.in_passive(x) == scan(o.passive(), x));
+          REQUIRE(o.in_views(x, View::hash_of(x)) == (scan(o.active(), x) || scan(o.passive(), x)));
         }
       REQUIRE(o.active().size() <= a);
       REQUIRE(o.passive().size() <= p);
