@@ -139,13 +139,20 @@ void View::state_changed(Member& m, MemberState before) {
 
 void View::add_news(Member* m) {
   drop_news(m);
-  if (news_.size() == kNews) news_.erase(news_.begin());
-  news_.push_back(m);
+  if (news_size_ == kNews) {
+    std::copy(news_.begin() + 1, news_.end(), news_.begin());
+    --news_size_;
+  }
+  news_[news_size_++] = m;
 }
 
 void View::drop_news(const Member* m) {
-  const auto it = std::find(news_.begin(), news_.end(), m);
-  if (it != news_.end()) news_.erase(it);
+  const auto end = news_.begin() + static_cast<std::ptrdiff_t>(news_size_);
+  const auto it = std::find(news_.begin(), end, m);
+  if (it != end) {
+    std::copy(it + 1, end, it);
+    --news_size_;
+  }
 }
 
 bool View::erase(const PeerId& id) {
@@ -339,8 +346,8 @@ std::vector<MemberDigest> View::digest_partial(std::size_t limit, std::size_t ne
   // News: a uniform `news` of the recent changes (all of them when fewer).
   std::size_t picked = 0;
   std::uint64_t taken = 0;  // bit i: news_[i] already in
-  while (picked < std::min(news, news_.size()) && !full()) {
-    std::size_t i = rng.below(news_.size() - picked);
+  while (picked < std::min(news, news_size_) && !full()) {
+    std::size_t i = rng.below(news_size_ - picked);
     for (std::size_t j = 0;; ++j)  // the i-th not yet taken
       if (!(taken >> j & 1) && i-- == 0) {
         taken |= std::uint64_t{1} << j;
