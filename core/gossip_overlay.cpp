@@ -182,7 +182,7 @@ void Gossip::overlay_shuffle() {
     for (const auto& [id, t] : overlay_->pending)
       if (now - t > cfg_.exchange_timeout_s) silent.push_back(id);
     for (const auto& id : silent) overlay_->remove(id);
-    std::erase_if(overlay_->declined, [&](const auto& x) { return x.second <= now; });
+    overlay_->declined.erase_if([&](const auto& x) { return x.second <= now; });
     overlay_fill();
     const PeerId target = overlay_->random_active(env_.rng());
     if (!target.empty()) {
@@ -201,7 +201,7 @@ void Gossip::overlay_shuffle() {
 void Gossip::overlay_trim() {
   if (!overlay_) return;
   const double now = env_.now();
-  std::erase_if(overlay_->buried, [&](const auto& x) { return now - x.second > kBuriedFor; });
+  overlay_->buried.erase_if([&](const auto& x) { return now - x.second > kBuriedFor; });
   while (overlay_->buried.size() > overlay_->passive_cap()) {
     auto oldest = overlay_->buried.begin();
     for (auto it = overlay_->buried.begin(); it != overlay_->buried.end(); ++it)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/flat_map.hpp"
 #include "core/message.hpp"
 #include "core/rng.hpp"
 
@@ -65,12 +66,12 @@ class Overlay {
   std::vector<PeerId> sample_passive(std::size_t k, Rng& rng) const;
 
   // Neighbor requests sent and not answered: id -> when asked.
-  std::map<PeerId, double> pending;
+  FlatMap<PeerId, double> pending;
   // Members that declined a Neighbor request: not asked again before the time given.
-  std::map<PeerId, double> declined;
+  FlatMap<PeerId, double> declined;
   // Members we learnt are dead or left, and when: their stale digests are not taken back into
   // the passive view for a while (a bounded list; core/gossip_overlay.cpp).
-  std::map<PeerId, double> buried;
+  FlatMap<PeerId, double> buried;
   // While joining: members that said they have a model to give (a state transfer's sources).
   std::set<PeerId> ready;
 

@@ -4,6 +4,8 @@
 // misaddressed overlay input is refused and changes nothing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "cluster.hpp"
@@ -230,5 +232,46 @@ TEST_CASE("overlay: its lookup table answers as a scan of both views would, thro
       REQUIRE(o.active().size() <= a);
       REQUIRE(o.passive().size() <= p);
     }
+  }
+}
+
+TEST_CASE("overlay: its flat maps answer and iterate as std::map does, through random changes") {
+  // pending, declined and buried (core/flat_map.hpp): scans of them decide in key order, so
+  // the order must be std::map's; checked against one after every change.
+  FlatMap<PeerId, double> flat;
+  std::map<PeerId, double> ref;
+  Rng rng(5);
+  for (int op = 0; op < 20000; ++op) {
+    const PeerId id = "p" + std::to_string(rng.below(60));
+    const std::uint64_t what = rng.below(6);
+    if (what < 2) {
+      flat[id] = static_cast<double>(op);
+      ref[id] = static_cast<double>(op);
+    } else if (what == 2) {
+      REQUIRE(flat.erase(id) == ref.erase(id));
+    } else if (what == 3) {
+      const double cut = static_cast<double>(op) - 200;
+      REQUIRE(flat.erase_if([&](const auto& x) { return x.second < cut; }) ==
+              std::erase_if(ref, [&](const auto& x) { return x.second < cut; }));
+    } else if (what == 4 && !ref.empty()) {
+      // The oldest entry, first in key order among equals (Gossip::overlay_trim's choice).
+      auto oldest = flat.begin();
+      for (auto it = flat.begin(); it != flat.end(); ++it)
+        if (it->second < oldest->second) oldest = it;
+      auto ref_oldest = ref.begin();
+      for (auto it = ref.begin(); it != ref.end(); ++it)
+        if (it->second < ref_oldest->second) ref_oldest = it;
+      REQUIRE(oldest->first == ref_oldest->first);
+      flat.erase(oldest);
+      ref.erase(ref_oldest);
+    }
+    REQUIRE(flat.count(id) == ref.count(id));
+    const auto f = flat.find(id);
+    REQUIRE((f == flat.end()) == (ref.find(id) == ref.end()));
+    if (f != flat.end()) REQUIRE(f->second == ref.at(id));
+    REQUIRE(flat.size() == ref.size());
+    if (op % 101 == 0)
+      REQUIRE(std::equal(flat.begin(), flat.end(), ref.begin(), ref.end(),
+                         [](const auto& a, const auto& b) { return a.first == b.first && a.second == b.second; }));
   }
 }
