@@ -26,19 +26,12 @@ class FlatMap {
   const_iterator end() const { return v_.end(); }
   std::size_t size() const { return v_.size(); }
   bool empty() const { return v_.empty(); }
-  void clear() { v_.clear(); }
 
-  iterator find(const K& k) {
-    const auto it = place(k);
-    return it != v_.end() && it->first == k ? it : v_.end();
-  }
-  const_iterator find(const K& k) const {
-    const auto it = place(k);
-    return it != v_.end() && it->first == k ? it : v_.end();
-  }
+  iterator find(const K& k) { return find_in(v_, k); }
+  const_iterator find(const K& k) const { return find_in(v_, k); }
   std::size_t count(const K& k) const { return find(k) != v_.end() ? 1 : 0; }
   V& operator[](const K& k) {
-    auto it = place(k);
+    auto it = place(v_, k);
     if (it == v_.end() || it->first != k) it = v_.insert(it, value_type{k, V{}});
     return it->second;
   }
@@ -58,11 +51,15 @@ class FlatMap {
   }
 
  private:
-  iterator place(const K& k) {
-    return std::lower_bound(v_.begin(), v_.end(), k, [](const value_type& x, const K& key) { return x.first < key; });
+  // The first entry not before k, and the entry with key k (end() if none), for v_ const or not.
+  template <class Vec>
+  static auto place(Vec& v, const K& k) {
+    return std::lower_bound(v.begin(), v.end(), k, [](const value_type& x, const K& key) { return x.first < key; });
   }
-  const_iterator place(const K& k) const {
-    return std::lower_bound(v_.begin(), v_.end(), k, [](const value_type& x, const K& key) { return x.first < key; });
+  template <class Vec>
+  static auto find_in(Vec& v, const K& k) {
+    const auto it = place(v, k);
+    return it != v.end() && it->first == k ? it : v.end();
   }
   std::vector<value_type> v_;
 };
