@@ -124,17 +124,36 @@ def torch_calibrate(build, out, model):
     return frag
 
 
+def testbed_calibrate(build, scenario, out, peer_cmd, torch_model, sets, rerun=True):
+    """examples/testbed/run.sh --calibrate: each class's step CPU as the capped peers spend it in
+    the testbed (every thread; all peers alone at once), a fragment to include last."""
+    frag = os.path.join(out, "testbed_calibration.ini")
+    if rerun or not os.path.exists(frag):
+        cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--calibrate", "--out", out,
+               "--build", build, "--peer-cmd", peer_cmd, "--torch-model", torch_model]
+        for kv in sets:
+            cmd += ["--set", kv]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(os.path.join(out + ".log"), "w") as f:
+            f.write(r.stdout)
+        if r.returncode != 0:
+            sys.exit(f"testbed_race: run.sh --calibrate failed ({r.returncode}); its output is in {out}.log")
+        print(r.stdout.strip(), file=sys.stderr)
+    return frag
+
+
 def sim_round(build, scenario, calib, out, target, seed, allreduce=False, rerun=True, sets=(), more=None):
-    """rumor-sim on the scenario with the calibration included after it (`more`: a further
-    fragment, the Python peers' torch figures)."""
+    """rumor-sim on the scenario with the calibration included after it (`more`: further
+    fragments in order, the Python peers' torch figures and the testbed's own calibration)."""
     os.makedirs(out, exist_ok=True)
     if not rerun and os.path.exists(os.path.join(out, "summary.json")):
         return read_sim(out, target, allreduce)
     ini = os.path.join(out, "predict.ini")
     with open(ini, "w") as f:
         f.write(f"include = {os.path.abspath(scenario)}\ninclude = {os.path.abspath(calib)}\n")
-        if more:
-            f.write(f"include = {os.path.abspath(more)}\n")
+        for m in ([more] if isinstance(more, str) else (more or [])):
+            if m:
+                f.write(f"include = {os.path.abspath(m)}\n")
         if allreduce:  # DDP's ring all-reduce of the gradient every step
             # rank 0 evaluates during training, every rank at the end (bench/testbed_ddp.py)
             f.write("[algorithm]\nkind = allreduce\n[gossip]\nlocal_steps = 1\ncodec = none\n"
@@ -348,6 +367,10 @@ def main():
     ap.add_argument("--torch-model", choices=["scenario", "cnn"], default="scenario",
                     help="the torch model of the Python peers and the DDP ranks: the scenario's mlp:256,128, or the "
                          "torch quickstart's CNN (0.88+ in 3 epochs; use --target 0.88)")
+    ap.add_argument("--testbed-calibrate", action="store_true",
+                    help="also calibrate in the testbed itself, once per scenario and peer kind (run.sh --calibrate: "
+                         "each class's step CPU as its capped peers spend it, every thread), and predict with it "
+                         "included after the one-core calibrations")
     ap.add_argument("--resume", action="store_true",
                     help="keep the real runs already finished in --out (those with a summary.json) and its "
                          "calibration; run the rest (an interrupted race)")
@@ -394,6 +417,10 @@ def main():
             head.append(line.lstrip("# ").strip())
         desc = " ".join(head).replace(" docs/testbed.md.", "")  # the file's leading comment
         runs = {label: ([], []) for label, _, _ in variants}
+        native_tb = None
+        if args.testbed_calibrate and args.rounds > 0:
+            native_tb = testbed_calibrate(args.build, scn, os.path.join(args.out, name, "tbcal-native"), "native",
+                                          "scenario", args.set, rerun=not (args.sim_only or args.resume))
         for k in range(args.rounds):
             for label, tag, sets in variants:
                 t0 = time.time()
@@ -401,7 +428,7 @@ def main():
                 real.append(real_round(args.build, scn, os.path.join(args.out, name, f"real{tag}{k}"), args.target,
                                        args.timeout, rerun=not args.sim_only, sets=args.set + sets, resume=args.resume))
                 sim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim{tag}{k}"), args.target,
-                                     1 + k, rerun=not args.tables_only, sets=args.set + sets))
+                                     1 + k, rerun=not args.tables_only, sets=args.set + sets, more=native_tb))
                 print(f"testbed_race: {name} {label} round {k + 1}/{args.rounds}: real p0 t={real[-1]['t_target']} "
                       f"wall {real[-1]['wall']:.1f} s, H {real[-1]['local_steps']}, {real[-1]['mb'] or 0:.0f} MB/peer, "
                       f"sim t={sim[-1]['t_target']} wall {sim[-1]['wall']:.1f} s ({time.time() - t0:.0f} s)",
@@ -409,6 +436,10 @@ def main():
         systems = [(label, runs[label][0], runs[label][1]) for label, _, _ in variants]
         if args.python and name in python_scenarios:
             preal, psim = [], []
+            python_tb = None
+            if args.testbed_calibrate:
+                python_tb = testbed_calibrate(args.build, scn, os.path.join(args.out, name, "tbcal-python"), "python",
+                                              args.torch_model, args.set, rerun=not (args.sim_only or args.resume))
             for k in range(args.python_rounds):
                 t0 = time.time()
                 preal.append(real_round(args.build, scn, os.path.join(args.out, name, f"python{k}"), args.target,
@@ -419,7 +450,7 @@ def main():
                     psim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-python{k}"),
                                           args.target, 1 + k, rerun=not args.tables_only,
                                           sets=args.set + ["output.train_evals=p0", "compute.driver=python"],
-                                          more=torch_calib))
+                                          more=[torch_calib, python_tb]))
                 print(f"testbed_race: {name} Rumor Python round {k + 1}/{args.python_rounds}: p0 t="
                       f"{preal[-1]['t_target']} wall {preal[-1]['wall']:.1f} s, {preal[-1]['mb'] or 0:.0f} MB/peer"
                       + (f", sim t={psim[-1]['t_target']} wall {psim[-1]['wall']:.1f} s" if psim else "")

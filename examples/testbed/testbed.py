@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -208,6 +209,17 @@ def kill_group(p):
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+def reap(p):
+    """Reap `p` (a Popen of Testbed.start) if it has exited: (exit code, its CPU seconds: user
+    plus system time of all its threads, as wait4 reports it), else None. nsenter execs the
+    command, so the process reaped is the peer itself. The Popen learns its exit code too."""
+    pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, ru.ru_utime + ru.ru_stime
 
 
 def leftovers(prefix):
@@ -477,12 +489,13 @@ def run_scenario(args):
         print(f"run.sh: {n} peers in {tb.prefix}-p0..p{n - 1} ({tb.addr(0)}..{tb.addr(n - 1)}), logs in {args.out}",
               file=sys.stderr)
         rcs = [None] * n
+        cpus = [None] * n
         deadline = launched + args.timeout
         ended = None
         while time.time() < deadline:
             for k, pr in enumerate(procs):
-                if rcs[k] is None and pr.poll() is not None:
-                    rcs[k] = pr.returncode
+                if rcs[k] is None and (r := reap(pr)) is not None:
+                    rcs[k], cpus[k] = r
                     ended = time.time()  # the last exit ends the run
             if all(rc is not None for rc in rcs):
                 break
@@ -493,6 +506,8 @@ def run_scenario(args):
         if ended is None:
             ended = time.time()
     summary = summarize(plan, args.out, launched, ended, args.target)
+    for p, cpu in zip(summary["peers"], cpus):
+        p["cpu_s"] = None if cpu is None else round(cpu, 3)  # the process's CPU, all threads
     summary["exit_codes"] = rcs
     summary["timed_out"] = timed_out
     with open(os.path.join(args.out, "summary.json"), "w") as f:
@@ -508,6 +523,151 @@ def run_scenario(args):
         print(f"run.sh: the run passed --timeout {args.timeout} s and was stopped", file=sys.stderr)
         return 1
     return 0 if all(rc == 0 for rc in rcs) else 1
+
+
+# ------------------------------------------------------------------------------------------
+# A calibration taken in the testbed (--calibrate)
+
+# The loop knobs a calibration run sets itself: it trains a fixed number of steps alone.
+CALIBRATION_DROPS = {"--epochs", "--steps", "--duration", "--swarm-epochs", "--min-peers", "--eval-every",
+                     "--settle", "--settle-max", "--join"}
+
+
+def calibration_argv(args, p, k, steps, addr, metrics, seed=None, n=1):
+    """Peer k of the plan for a calibration run: its model, recipe, class cap and link, `steps`
+    steps, no evaluation during training, no settling. Alone (a swarm of one) without `seed`;
+    with it, one of a swarm of `n` that waits for all and exchanges after every step (H = 1)."""
+    flags, i = [], 0
+    src = list(p["flags"])
+    drops = CALIBRATION_DROPS | ({"--local-steps"} if seed else set())
+    while i < len(src):
+        key = src[i]
+        takes = i + 1 < len(src) and not src[i + 1].startswith("--")
+        if key not in drops:
+            flags += src[i:i + (2 if takes else 1)]
+        i += 2 if takes else 1
+    flags += ["--steps", str(steps), "--min-peers", str(n if seed else 1), "--settle", "0"]
+    if seed:
+        flags += ["--local-steps", "1"]
+    join = seed if seed and k > 0 else None
+    if args.peer_cmd == "python":
+        argv = torch_worker_argv(args.torch_script, flags + ["--eval-every", "-1"], args.torch_model, metrics, join)
+        env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1", RUMOR_LISTEN=f"{addr}:{args.port}",
+                   RUMOR_NAME=p["id"])
+        env.pop("RUMOR_JOIN", None)
+        return argv, env
+    return [args.rumor_peer, "--listen", f"{addr}:{args.port}", "--name", p["id"], "--metrics", metrics,
+            "--eval-every", str(10 ** 12)] + flags + (["--join", join] if join else []), None
+
+
+def calibration_pass(args, plan, steps, out, swarm=False):
+    """Every peer of the plan at once in its namespace and cgroup, each alone (or with `swarm`
+    all one swarm exchanging after every step): (wall, CPU) of each process from launch to exit."""
+    n = len(plan["peers"])
+    with Testbed(args.prefix, args.subnet, args.period_us or 100000) as tb:
+        for k, p in enumerate(plan["peers"]):
+            tb.add_peer(k, p["bandwidth"], p["cpu"],
+                        args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
+        procs, started = [], []
+        for k, p in enumerate(plan["peers"]):
+            argv, env = calibration_argv(args, p, k, steps, tb.addr(k), os.path.join(out, f"{p['id']}.jsonl"),
+                                         f"{tb.addr(0)}:{args.port}" if swarm else None, n)
+            log = open(os.path.join(out, f"{p['id']}.log"), "w")
+            started.append(time.time())
+            procs.append(tb.start(k, argv, stdout=log, stderr=log, env=env))
+        res = [None] * n
+        deadline = time.time() + args.timeout
+        while time.time() < deadline and any(r is None for r in res):
+            for k, pr in enumerate(procs):
+                if res[k] is None and (r := reap(pr)) is not None:
+                    res[k] = (r[0], time.time() - started[k], r[1])
+            time.sleep(0.02)
+    for k, r in enumerate(res):
+        if r is None:
+            raise SystemExit(f"run.sh --calibrate: {plan['peers'][k]['id']} did not finish {steps} steps within "
+                             f"--timeout {args.timeout:g} s (its log: {out}/{plan['peers'][k]['id']}.log)")
+        if r[0] != 0:
+            raise SystemExit(f"run.sh --calibrate: {plan['peers'][k]['id']} exited with {r[0]} "
+                             f"(its log: {out}/{plan['peers'][k]['id']}.log)")
+    return [(wall, cpu) for _, wall, cpu in res]
+
+
+def calibrate_scenario(args):
+    """What the testbed's peers spend, measured in the testbed: every peer of the scenario in
+    its namespace and cgroup (its class's cap and link, all of them at once, so the machine is
+    as loaded as in the run), three times:
+      1. alone (a swarm of one), a short run of steps;
+      2. alone, a long run;
+      3. all one swarm, the long run, exchanging after every step (H = 1, the scenario's codec).
+    The difference of 2 and 1 in process CPU (every thread, user and system) over the difference
+    of steps is the CPU of one step, start-up, loading and the last evaluation cancelling out.
+    The difference of 3 and 2, summed over the peers, over the payload messages they handled
+    (each peer's metrics count the exchanges it started and answered, and each of those sent it
+    one payload and brought it one) is rumor-sim's exchange_cpu (charged per payload message at
+    each end), the shaped path's kernel work included. Writes a fragment with each class's
+    step_time and exchange_cpu (CPU seconds of one whole core: the class's cpu divides them in
+    rumor-sim), to include after the other calibrations, and prints how much of its cap each
+    peer used while it stepped."""
+    plan = load_plan(args.rumor_sim, args.scenario, args.set)
+    short, long_ = args.calibrate_steps or ((150, 750) if args.peer_cmd == "python" else (1000, 5000))
+    n = len(plan["peers"])
+    os.makedirs(args.out, exist_ok=True)
+    passes = []
+    for steps, swarm in ((short, False), (long_, False), (long_, True)):
+        d = os.path.join(args.out, f"{'swarm' if swarm else 'alone'}{steps}")
+        os.makedirs(d, exist_ok=True)
+        how = f"one swarm exchanging every step" if swarm else "each alone"
+        print(f"run.sh --calibrate: {n} peers, {how}, {steps} steps each ...", file=sys.stderr)
+        passes.append((d, calibration_pass(args, plan, steps, d, swarm)))
+    rows, classes = [], {}
+    exchanges, extra = 0, 0.0
+    for k, p in enumerate(plan["peers"]):
+        (w0, c0), (w1, c1), (w2, c2) = passes[0][1][k], passes[1][1][k], passes[2][1][k]
+        step_cpu = (c1 - c0) / (long_ - short)
+        step_wall = (w1 - w0) / (long_ - short)
+        used = step_cpu / (step_wall * p["cpu"]) if p["cpu"] and step_wall > 0 else None
+        done = next((r for r in reversed(read_metrics(os.path.join(passes[2][0], f"{p['id']}.jsonl")))
+                     if r.get("event") == "done"), {})
+        ex = int(done.get("exchanges") or 0)
+        exchanges += ex
+        extra += c2 - c1
+        rows.append({"id": p["id"], "class": p["class"], "cpu": p["cpu"], "step_cpu": step_cpu,
+                     "step_wall": step_wall, "cap_used": used, "cpu_s": [c0, c1, c2], "wall_s": [w0, w1, w2],
+                     "exchanges": ex, "bytes_sent": done.get("bytes_sent")})
+        classes.setdefault(p["class"], []).append(step_cpu)
+    # every exchange a peer took part in (started or answered) sent it a payload and brought it one
+    exchange_cpu = extra / (2 * exchanges) if exchanges and extra > 0 else None
+    kind = {"python": f"Rumor's Python peers ({args.torch_model} torch model)"}.get(args.peer_cmd, "rumor-peer")
+    frag = os.path.join(args.out, "testbed_calibration.ini")
+    with open(frag, "w") as f:
+        f.write(f"# {kind} on the testbed of {os.path.basename(args.scenario)} (run.sh --calibrate, "
+                f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC): every peer in its namespace and\n"
+                f"# cgroup, all at once. step_time: the difference of the process CPU (all threads, user + system)\n"
+                f"# of {long_} and {short} steps alone, per step. exchange_cpu: what {long_} steps in one swarm with\n"
+                f"# H = 1 cost above {long_} alone, over the payload messages sent and received ({2 * exchanges}).\n"
+                "# Seconds of one whole core (the class's cpu divides them); include it after the other\n"
+                "# calibrations.\n")
+        for name, vals in classes.items():
+            f.write(f"[class.{name}]\nstep_time = {statistics.median(vals):.6f}\n")
+            if exchange_cpu is not None:
+                f.write(f"exchange_cpu = {exchange_cpu:.6f}\n")
+    with open(os.path.join(args.out, "testbed_calibration.json"), "w") as f:
+        json.dump({"scenario": plan["scenario"], "peer_cmd": args.peer_cmd, "steps": [short, long_],
+                   "exchanges": exchanges, "exchange_cpu": exchange_cpu, "peers": rows}, f, indent=1)
+    print(f"{'peer':>4} {'class':>10} {'cap':>5} {'step CPU ms':>11} {'step wall ms':>12} {'cap used':>8} "
+          f"{'exchanges':>9} {'their CPU s':>11}")
+    for r in rows:
+        used = "-" if r["cap_used"] is None else f"{r['cap_used']:.2f}"
+        print(f"{r['id']:>4} {r['class']:>10} {r['cpu']:>5g} {r['step_cpu'] * 1e3:11.3f} {r['step_wall'] * 1e3:12.2f} "
+              f"{used:>8} {r['exchanges']:>9} {r['cpu_s'][2] - r['cpu_s'][1]:11.2f}")
+    if exchange_cpu is None:
+        print(f"run.sh --calibrate: the swarm's peers took part in {exchanges} exchanges for {extra:+.2f} s of "
+              "CPU: no exchange_cpu written", file=sys.stderr)
+    else:
+        print(f"exchange CPU {exchange_cpu * 1e3:.3f} ms per payload message at each end ({2 * exchanges} sent and "
+              f"received, {extra:.2f} s of CPU)")
+    print(f"calibration in {frag}")
+    return 0
 
 
 def main(argv=None):
@@ -546,6 +706,15 @@ def main(argv=None):
                          "kernel's; with 10000 a 0.075 cap gave 0.34 of a core here)")
     ap.add_argument("--timeout", type=float, default=600, help="stop the run after this many seconds (default 600)")
     ap.add_argument("--target", type=float, default=0.85, help="accuracy whose first crossing by each peer is reported")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="measure instead of run: every peer of the scenario in its namespace and cgroup, all at "
+                         "once, alone for a short and a long run of steps, then as one swarm exchanging every step; "
+                         "writes OUT/testbed_calibration.ini (each class's step_time and exchange_cpu as the capped "
+                         "peers spend them, every thread and the shaped path's kernel work, for rumor-sim to include "
+                         "after the other calibrations) and prints each peer's step CPU, step wall time and the "
+                         "share of its cap it used (native and python peers)")
+    ap.add_argument("--calibrate-steps", default=None, metavar="SHORT,LONG",
+                    help="--calibrate: the two runs' steps (default 1000,5000 for rumor-peer, 150,750 for python)")
     ap.add_argument("--check", action="store_true", help="only check that this machine can host a testbed")
     ap.add_argument("--cleanup", metavar="PREFIX", help="remove what a killed run of PREFIX left, and exit")
     args = ap.parse_args(argv)
@@ -574,8 +743,19 @@ def main(argv=None):
     if args.peer_cmd == "python" and not os.path.isdir(os.path.join(args.python_path, "rumor")):
         ap.error(f"{args.python_path}/rumor not found: build the Python module first "
                  f"(cmake --build {args.build} --target rumor_python)")
+    if args.calibrate_steps is not None:
+        raw = args.calibrate_steps
+        try:
+            args.calibrate_steps = tuple(int(x) for x in raw.split(","))
+            ok = len(args.calibrate_steps) == 2 and 0 < args.calibrate_steps[0] < args.calibrate_steps[1]
+        except ValueError:
+            ok = False
+        if not ok:
+            ap.error(f"--calibrate-steps takes SHORT,LONG with 0 < SHORT < LONG (e.g. 1000,5000), not '{raw}'")
+    if args.calibrate and args.peer_cmd == "ddp":
+        ap.error("--calibrate measures rumor-peer or Rumor's Python peers (--peer-cmd native or python), not DDP ranks")
     try:
-        return run_scenario(args)
+        return calibrate_scenario(args) if args.calibrate else run_scenario(args)
     except KeyboardInterrupt as e:
         print(f"run.sh: stopped ({e}); the testbed is torn down", file=sys.stderr)
         return 130

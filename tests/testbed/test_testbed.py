@@ -14,10 +14,14 @@
                                   Fashion-MNIST, the scenario's recipe) train across namespaces,
                                   exchange over the shaped link, and leave nothing behind; the
                                   summary's times are from launch (torch's import included).
+  test_testbed.py calibrate BUILD run.sh --calibrate on two classes (0.5 and 0.25 of a core):
+                                  each class gets a step CPU that rumor-sim takes, each peer
+                                  used its cap while stepping (the cap held), nothing is left.
 
 Exit 77 (ctest's SKIP_RETURN_CODE) with the reason where a testbed cannot be built here.
 """
 import json
+import re
 import os
 import resource
 import signal
@@ -180,6 +184,8 @@ def swarm(build):
                 fail(f"{p['id']} sent {p['bytes_sent']} bytes: no exchange crossed the namespaces")
             if p["test_acc"] is None or p["test_acc"] < 0.5:
                 fail(f"{p['id']} ended at accuracy {p['test_acc']}: it did not train")
+            if not p.get("cpu_s") or p["cpu_s"] <= 0:
+                fail(f"{p['id']}: summary.json has no CPU time of the process ({p.get('cpu_s')})")
         # The peers really were in their namespaces: each log names its own address.
         for k in range(2):
             log = open(os.path.join(out, f"p{k}.log")).read()
@@ -273,15 +279,74 @@ def python(build):
     print("PASS")
 
 
+CAL_SCENARIO = """# tests/testbed/test_testbed.py calibrate: two classes of CPU share
+[run]
+seed = 4
+[workload]
+data = synthetic
+model = mlp:256,128
+epochs = 10
+[class.fast]
+count = 1
+cpu = 0.5
+[class.slow]
+count = 1
+cpu = 0.25
+"""
+
+
+def calibrate(build):
+    """run.sh --calibrate: every peer alone under its class's cap, a short and a long run; the
+    fragment gives each class a step CPU that rumor-sim takes, each peer used its cap (no more:
+    the cap held; and not far less: the peer stepped all the time), and nothing is left."""
+    before = root_links()
+    with tempfile.TemporaryDirectory() as d:
+        prefix = f"rtb-cal-{os.getpid()}"
+        r, scn, out = run_scenario_text(d, CAL_SCENARIO, build, prefix, 90, "--calibrate", "--calibrate-steps",
+                                        "200,2000")
+        if r.returncode != 0:
+            fail(f"run.sh --calibrate exited {r.returncode}")
+        check_nothing_left(prefix, before)
+        frag = open(os.path.join(out, "testbed_calibration.ini")).read()
+        steps = {}
+        for name in ("fast", "slow"):
+            m = re.search(rf"^\[class\.{name}\]\nstep_time = ([0-9.e-]+)$", frag, re.M)
+            if not m:
+                fail(f"the fragment has no step_time for class {name}:\n{frag}")
+            steps[name] = float(m.group(1))
+            if not 1e-6 < steps[name] < 0.1:
+                fail(f"class {name}'s step CPU {steps[name]} s is not a step of mlp:256,128")
+        rows = json.load(open(os.path.join(out, "testbed_calibration.json")))["peers"]
+        for row in rows:
+            c0, c1, _ = row["cpu_s"]
+            if not c1 > c0:
+                fail(f"{row['id']}: the long run's CPU {c1} s is not above the short run's {c0} s")
+            if not 0.3 < row["cap_used"] < 1.25:
+                fail(f"{row['id']} used {row['cap_used']:.2f} of its {row['cpu']} core while stepping: the cap did "
+                     "not hold, or the peer did not step")
+        # rumor-sim takes the fragment after the scenario (a class key wins over [compute])
+        with open(os.path.join(d, "predict.ini"), "w") as f:
+            f.write(f"include = {scn}\ninclude = {os.path.join(out, 'testbed_calibration.ini')}\n"
+                    "[workload]\nepochs = 1\n")
+        sim = subprocess.run([os.path.join(build, "sim", "rumor-sim"), os.path.join(d, "predict.ini"), "--out",
+                              os.path.join(d, "sim")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=120)
+        if sim.returncode != 0:
+            fail(f"rumor-sim did not take the fragment: {sim.stdout[-500:]}")
+        print(f"step CPU: fast {steps['fast'] * 1e3:.3f} ms, slow {steps['slow'] * 1e3:.3f} ms; rumor-sim ran on it")
+    print("PASS")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("shaping", "cpu", "swarm", "python"):
+    cases = {"shaping": shaping, "cpu": cpu, "swarm": swarm, "python": python, "calibrate": calibrate}
+    if len(sys.argv) != 3 or sys.argv[1] not in cases:
         print(__doc__)
         return 2
     why = T.Testbed.refusal()
     if why:
         print(f"SKIPPED: cannot build a testbed here: {why}")
         return T.SKIP
-    {"shaping": shaping, "cpu": cpu, "swarm": swarm, "python": python}[sys.argv[1]](os.path.abspath(sys.argv[2]))
+    cases[sys.argv[1]](os.path.abspath(sys.argv[2]))
     return 0
 
 
