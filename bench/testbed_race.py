@@ -23,6 +23,11 @@ rumor-sim predicts the Python runs too, with bench/torch_calibrate.py's figures 
 evaluation and start-up at one core) over rumor-peer's calibration (the exchanges' CPU is the
 same C++ code) and only p0 evaluating during training (output.train_evals = p0).
 --rounds 0 leaves native rumor-peer out.
+
+With --testbed-calibrate, each scenario is also calibrated in the testbed itself, once per peer
+kind (examples/testbed/run.sh --calibrate: every class's step and exchange CPU as its capped
+processes spend them, every thread and the shaped path's kernel work), and that fragment is
+included last in the scenario's predictions.
 """
 import argparse
 import csv
@@ -125,8 +130,9 @@ def torch_calibrate(build, out, model):
 
 
 def testbed_calibrate(build, scenario, out, peer_cmd, torch_model, sets, rerun=True):
-    """examples/testbed/run.sh --calibrate: each class's step CPU as the capped peers spend it in
-    the testbed (every thread; all peers alone at once), a fragment to include last."""
+    """examples/testbed/run.sh --calibrate: each class's step and exchange CPU as the capped peers
+    spend them in the testbed (every thread, the shaped path's kernel work), a fragment to
+    include last."""
     frag = os.path.join(out, "testbed_calibration.ini")
     if rerun or not os.path.exists(frag):
         cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--calibrate", "--out", out,
@@ -369,8 +375,8 @@ def main():
                          "torch quickstart's CNN (0.88+ in 3 epochs; use --target 0.88)")
     ap.add_argument("--testbed-calibrate", action="store_true",
                     help="also calibrate in the testbed itself, once per scenario and peer kind (run.sh --calibrate: "
-                         "each class's step CPU as its capped peers spend it, every thread), and predict with it "
-                         "included after the one-core calibrations")
+                         "each class's step and exchange CPU as its capped peers spend them, every thread), and "
+                         "predict with it included after the one-core calibrations")
     ap.add_argument("--resume", action="store_true",
                     help="keep the real runs already finished in --out (those with a summary.json) and its "
                          "calibration; run the rest (an interrupted race)")

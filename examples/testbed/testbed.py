@@ -568,13 +568,13 @@ def calibration_pass(args, plan, steps, out, swarm=False):
         for k, p in enumerate(plan["peers"]):
             tb.add_peer(k, p["bandwidth"], p["cpu"],
                         args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
-        procs, started = [], []
+        procs, started, logs = [], [], []
         for k, p in enumerate(plan["peers"]):
             argv, env = calibration_argv(args, p, k, steps, tb.addr(k), os.path.join(out, f"{p['id']}.jsonl"),
                                          f"{tb.addr(0)}:{args.port}" if swarm else None, n)
-            log = open(os.path.join(out, f"{p['id']}.log"), "w")
+            logs.append(open(os.path.join(out, f"{p['id']}.log"), "w"))
             started.append(time.time())
-            procs.append(tb.start(k, argv, stdout=log, stderr=log, env=env))
+            procs.append(tb.start(k, argv, stdout=logs[-1], stderr=logs[-1], env=env))
         res = [None] * n
         deadline = time.time() + args.timeout
         while time.time() < deadline and any(r is None for r in res):
@@ -582,6 +582,8 @@ def calibration_pass(args, plan, steps, out, swarm=False):
                 if res[k] is None and (r := reap(pr)) is not None:
                     res[k] = (r[0], time.time() - started[k], r[1])
             time.sleep(0.02)
+    for log in logs:
+        log.close()
     for k, r in enumerate(res):
         if r is None:
             raise SystemExit(f"run.sh --calibrate: {plan['peers'][k]['id']} did not finish {steps} steps within "
@@ -616,7 +618,7 @@ def calibrate_scenario(args):
     for steps, swarm in ((short, False), (long_, False), (long_, True)):
         d = os.path.join(args.out, f"{'swarm' if swarm else 'alone'}{steps}")
         os.makedirs(d, exist_ok=True)
-        how = f"one swarm exchanging every step" if swarm else "each alone"
+        how = "one swarm exchanging every step" if swarm else "each alone"
         print(f"run.sh --calibrate: {n} peers, {how}, {steps} steps each ...", file=sys.stderr)
         passes.append((d, calibration_pass(args, plan, steps, d, swarm)))
     rows, classes = [], {}
