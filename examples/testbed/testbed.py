@@ -439,6 +439,15 @@ def torch_worker_argv(script, flags, torch_model, metrics, join):
     return argv
 
 
+def add_plan_peers(tb, plan, args):
+    """Every peer of the plan in testbed `tb`: its link at its class's bandwidth, its cgroup at
+    its class's cpu with the period --period-us, else the scenario's cpu_period (rumor-sim runs
+    the peer in windows of that length), else the kernel's 100 ms."""
+    for k, p in enumerate(plan["peers"]):
+        tb.add_peer(k, p["bandwidth"], p["cpu"],
+                    args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
+
+
 def run_scenario(args):
     plan = load_plan(args.rumor_sim, args.scenario, args.set)
     os.makedirs(args.out, exist_ok=True)
@@ -448,11 +457,7 @@ def run_scenario(args):
     if n > 200:
         raise SystemExit("run.sh: at most 200 peers fit the /24")
     with Testbed(args.prefix, args.subnet, args.period_us or 100000) as tb:
-        for k, p in enumerate(plan["peers"]):
-            # --period-us, else the scenario's cpu_period (rumor-sim runs the peer in windows of
-            # that length), else the kernel's 100 ms
-            tb.add_peer(k, p["bandwidth"], p["cpu"],
-                        args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
+        add_plan_peers(tb, plan, args)
         seed = f"{tb.addr(0)}:{args.port}"
         procs = []
         launched = time.time()
@@ -565,9 +570,7 @@ def calibration_pass(args, plan, steps, out, swarm=False):
     all one swarm exchanging after every step): (wall, CPU) of each process from launch to exit."""
     n = len(plan["peers"])
     with Testbed(args.prefix, args.subnet, args.period_us or 100000) as tb:
-        for k, p in enumerate(plan["peers"]):
-            tb.add_peer(k, p["bandwidth"], p["cpu"],
-                        args.period_us or (round(p["cpu_period"] * 1e6) if p.get("cpu_period") else None))
+        add_plan_peers(tb, plan, args)
         procs, started, logs = [], [], []
         for k, p in enumerate(plan["peers"]):
             argv, env = calibration_argv(args, p, k, steps, tb.addr(k), os.path.join(out, f"{p['id']}.jsonl"),
