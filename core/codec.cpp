@@ -27,6 +27,7 @@ const char* codec_name(PayloadCodec c) {
     case PayloadCodec::Int8: return "int8";
     case PayloadCodec::TopK: return "topk";
     case PayloadCodec::Int4: return "int4";
+    case PayloadCodec::Auto: return "auto";
   }
   return "?";
 }
@@ -37,7 +38,8 @@ PayloadCodec parse_codec(const std::string& s) {
   if (s == "int8") return PayloadCodec::Int8;
   if (s == "int4") return PayloadCodec::Int4;
   if (s == "topk") return PayloadCodec::TopK;
-  throw std::invalid_argument("unknown codec '" + s + "': expected none, fp16, int8, int4 or topk");
+  if (s == "auto") return PayloadCodec::Auto;
+  throw std::invalid_argument("unknown codec '" + s + "': expected none, fp16, int8, int4, topk or auto");
 }
 
 std::uint16_t float_to_half(float f) {
@@ -92,7 +94,8 @@ std::size_t encoded_size(PayloadCodec c, std::size_t n) {
     case PayloadCodec::Fp16: return 2 * n;
     case PayloadCodec::Int8: return n + 4 * ((n + kInt8Block - 1) / kInt8Block);
     case PayloadCodec::Int4: return (n + 1) / 2 + 4 * ((n + kInt4Block - 1) / kInt4Block);
-    case PayloadCodec::TopK: break;
+    case PayloadCodec::TopK:
+    case PayloadCodec::Auto: break;
   }
   RUMOR_CHECK(false, "encoded_size: not a stateless codec");
   return 0;
@@ -149,7 +152,8 @@ Bytes encode_dense(PayloadCodec c, std::span<const float> x) {
       break;
     }
     case PayloadCodec::TopK:
-      RUMOR_CHECK(false, "encode_dense: topk is stateful");
+    case PayloadCodec::Auto:
+      RUMOR_CHECK(false, "encode_dense: not a stateless codec");
   }
   return b;
 }
@@ -201,7 +205,8 @@ void decode_dense(PayloadCodec c, std::span<const std::uint8_t> b, std::span<flo
       break;
     }
     case PayloadCodec::TopK:
-      RUMOR_CHECK(false, "decode_dense: topk is stateful");
+    case PayloadCodec::Auto:
+      RUMOR_CHECK(false, "decode_dense: not a stateless codec");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/codec.hpp"
 #include "core/message.hpp"
 #include "core/rng.hpp"
 
@@ -45,6 +46,7 @@ struct ProtocolEvent {
   double seconds = 0;        // Wait: time waited; ExchangeDone: round-trip time
   std::uint64_t clock = 0;   // our clock (local steps)
   std::uint64_t other = 0;   // ExchangeDone: peer's clock; Wait: the slowest clock
+  PayloadCodec codec = PayloadCodec::None;  // ExchangeDone: the codec its payloads went in
 };
 
 const char* event_kind_name(ProtocolEvent::Kind k);

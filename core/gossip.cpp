@@ -102,7 +102,7 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   view_.self().samples = samples;
   ++model_version_;
   ++steps_since_exchange_;
-  if (!cfg_.local_steps) {  // auto: time the steps (a gap of 20 steps or more is a pause, not a step)
+  if (auto_timing()) {  // auto: time the steps (a gap of 20 steps or more is a pause, not a step)
     const double now = env_.now();
     if (last_step_at_ >= 0) {
       const double dt = now - last_step_at_;
@@ -115,6 +115,10 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
     start_exchange();
 }
 
+double Gossip::RttWindow::min() const {
+  return *std::min_element(rtt.begin(), rtt.begin() + static_cast<std::ptrdiff_t>(std::min<std::uint64_t>(count, rtt.size())));
+}
+
 // --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
 // number of steps whose compute is at least rtt / exchange_share, so that the link spends at
 // most that share of our compute time on our exchanges. rtt is the shortest of the last 4: the
@@ -122,19 +126,56 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
 // its core, which loads no link; taking them (an earlier version took the median of 8 and
 // let H at most double per exchange) spaced the quickstart's exchanges 50-130 steps apart on
 // loopback, and followed a link that slowed only after seconds.
-void Gossip::note_round_trip(double seconds) {
-  if (cfg_.local_steps) return;
-  recent_rtt_[rtt_count_++ % recent_rtt_.size()] = seconds;
+//
+// --codec auto: the same H for each codec of kAutoCodecs, from its own window while that is
+// fresh, else from this exchange's codec's round trip scaled by the bytes (all of it taken as
+// the link's: hopeful for a codec with fewer bytes, which its first exchange then measures,
+// and wary of one with more, which is tried again only once the smaller one's window says
+// so). The lightest codec whose H is within kCodecSlack of the least goes next (the least
+// quantisation for about the same mixing). With a fixed H: the lightest whose H fits in it,
+// else as auto does.
+void Gossip::note_round_trip(double seconds, PayloadCodec codec) {
+  if (!auto_timing()) return;
+  const bool auto_codec = cfg_.codec == PayloadCodec::Auto;
+  const std::size_t slot = auto_codec ? static_cast<std::size_t>(std::find(std::begin(kAutoCodecs), std::end(kAutoCodecs), codec) -
+                                                                 std::begin(kAutoCodecs))
+                                      : 0;
+  RUMOR_CHECK(slot < rtt_windows_.size(), "a round trip in a codec that auto does not choose");
+  RttWindow& w = rtt_windows_[slot];
+  ++rtt_count_;
+  if (w.count > 0 && rtt_count_ - w.last > kRttFresh) w.count = 0;  // stale: start afresh
+  w.rtt[w.count++ % w.rtt.size()] = seconds;
+  w.last = rtt_count_;
   if (!(step_ewma_ > 0)) return;
-  const std::size_t n = std::min<std::size_t>(rtt_count_, recent_rtt_.size());
-  const double rtt = *std::min_element(recent_rtt_.begin(), recent_rtt_.begin() + static_cast<std::ptrdiff_t>(n));
-  double h = std::ceil(rtt / (cfg_.exchange_share * step_ewma_));
+  const double budget = cfg_.exchange_share * step_ewma_;
+  const auto steps_for = [&](double rtt) { return std::max(1.0, std::ceil(rtt / budget)); };
+  double h = steps_for(w.min());
+  if (auto_codec) {
+    const std::size_t n = params_.size() / fragments_ + 1;  // a fragment's parameters: only the ratios count
+    const double here = w.min() / static_cast<double>(encoded_size(codec, n));
+    std::array<double, std::size(kAutoCodecs)> hk{};
+    for (std::size_t k = 0; k < hk.size(); ++k) {
+      const RttWindow& wk = rtt_windows_[k];
+      const bool fresh = wk.count > 0 && rtt_count_ - wk.last <= kRttFresh;
+      hk[k] = steps_for(fresh ? wk.min() : here * static_cast<double>(encoded_size(kAutoCodecs[k], n)));
+    }
+    // A fixed H: what fits in it; auto: within kCodecSlack of the least (round trips jitter by
+    // a few percent, and a link whose cost is its latency gains nothing from fewer bytes).
+    const double least = *std::min_element(hk.begin(), hk.end());
+    const double limit = cfg_.local_steps && static_cast<double>(cfg_.local_steps) >= least ? static_cast<double>(cfg_.local_steps)
+                                                                                            : least * kCodecSlack;
+    std::size_t pick = 0;
+    while (hk[pick] > limit) ++pick;
+    auto_codec_ = kAutoCodecs[pick];
+    h = hk[pick];
+  }
+  if (cfg_.local_steps) return;
   // Until the window is full, H grows at most 8-fold per round trip: the first ones come while the
   // partners load, evaluate step 0 or wait for a core slice, and the shortest of one or two
   // such is no measure of the link. Unchecked, one 95 ms round trip at the start on a testbed
   // machine capped at 0.3 of a core set H = 716, and the next exchange never came in a 705-step
   // run (bench/HISTORY.md "The race of --local-steps auto").
-  if (rtt_count_ < recent_rtt_.size()) h = std::min(h, 8.0 * static_cast<double>(auto_local_steps_));
+  if (rtt_count_ < 4) h = std::min(h, 8.0 * static_cast<double>(auto_local_steps_));
   auto_local_steps_ = static_cast<std::uint64_t>(std::clamp(h, 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
 }
 
@@ -248,7 +289,8 @@ bool Gossip::start_exchange(Partners partners) {
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
   o.fragment = static_cast<std::uint32_t>(fragment_turn_++ % fragments_);
-  ExchangeMsg h = our_exchange_header(o.id, o.weight, o.fragment);
+  o.codec = codec_now();
+  ExchangeMsg h = our_exchange_header(o.id, o.weight, o.fragment, o.codec);
   if (cfg_.codec == PayloadCodec::Int4) {
     // Streamed, x_s as the residual against our references, or absolute int8 if we hold none
     // for this range; the responder's reply says whether its references agree (gossip_int4.cpp).
@@ -392,10 +434,10 @@ std::shared_ptr<Bytes> Gossip::snapshot_buffer(std::size_t n) {
 Gossip::SentSnapshot Gossip::send_snapshot(const PeerId& to, MsgType type, ExchangeMsg h, bool one_message) {
   SentSnapshot snap;
   const std::span<const float> x = range_of(h);  // the fragment (the whole model: fragments 1)
-  if (cfg_.codec != PayloadCodec::None) {
-    auto b = std::make_shared<Bytes>(encode_dense(cfg_.codec, x));
+  if (h.codec != PayloadCodec::None) {
+    auto b = std::make_shared<Bytes>(encode_dense(h.codec, x));
     snap.decoded.resize(x.size());
-    decode_dense(cfg_.codec, *b, snap.decoded);
+    decode_dense(h.codec, *b, snap.decoded);
     snap.chunks = {b};
     env_.send(to, make_message(type, h, b));
     return snap;

@@ -78,6 +78,9 @@ struct GossipConfig {
   // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
   // share of the compute time between two exchanges (H step times), from an EWMA of the step
   // time and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.
+  // codec = Auto: each exchange we start goes in the codec of kAutoCodecs whose round trip
+  // needs the fewest steps between exchanges by that rule (the lightest of those that tie); a
+  // fixed H takes the lightest whose round trip fits in this share of H steps.
   double exchange_share = 0.2;
   static constexpr std::uint64_t kAutoMaxLocalSteps = 1024;
   MixWeight mix_weight = MixWeight::Uniform;
@@ -270,6 +273,12 @@ class Gossip {
   // H now: cfg.local_steps, or with local_steps = 0 (auto) the measured choice
   // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
   std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
+  // The codec of the next exchange we start: cfg.codec, or with codec = Auto the measured
+  // choice (none until round trips say otherwise, and none while settling).
+  PayloadCodec codec_now() const {
+    if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
+    return done() ? PayloadCodec::None : auto_codec_;
+  }
   // The swarm's samples as far as we know: ours and every member's we have heard of
   // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.
   std::uint64_t swarm_samples() const { return samples_ + view_.others_samples(); }
@@ -368,6 +377,7 @@ class Gossip {
     ReceivedSnapshot reply = {};            // y_s so far, held until complete and accepted
     bool reply_complete = false;
     std::uint32_t fragment = 0;             // the range this exchange averages
+    PayloadCodec codec = PayloadCodec::None;  // both ways (codec_now() when it started)
     // int4: reply-first (x_s goes once the reply says how to encode it), ŷ_s as decoded.
     bool absolute = false;
     std::vector<float> reply_decoded;
@@ -416,7 +426,7 @@ class Gossip {
   // returns the problem, or empty. `out`: its floats.
   std::string check_chunk(const Message& msg, const ExchangeMsg& h, std::span<const float>& out) const;
   // Our snapshot for `type` (ExchangeRequest/Payload/Reply) with header `h`: copied, hashed
-  // and sent to `to` chunk by chunk (codec none; one message when `one_message`), or encoded
+  // and sent to `to` chunk by chunk (h.codec none; one message when `one_message`), or encoded
   // and sent whole (lossy codecs).
   SentSnapshot send_snapshot(const PeerId& to, MsgType type, ExchangeMsg h, bool one_message);
   void on_exchange_payload(const PeerId& from, const Message& msg);
@@ -499,9 +509,9 @@ class Gossip {
   void report_change(const View::Change& c);
   void heard_from(const PeerId& peer);
   // We (the responder) mixed `from`'s model: count it and report it with the last distance.
-  void responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment = 0);
+  void responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment, PayloadCodec codec);
   // The header of an exchange message of ours: id, our clock, `weight`, codec, size, a view digest.
-  ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment = 0);
+  ExchangeMsg our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment, PayloadCodec codec);
   double my_weight() const;
   // Full views piggyback a random digest_limit of the members (everyone holds everyone, so
   // every entry is news to somebody). Partial views piggyback ours, 2 of the most recent
@@ -531,15 +541,34 @@ class Gossip {
   std::uint64_t clock_ = 0, samples_ = 0;
   std::uint64_t model_version_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
-  // --local-steps auto: an EWMA of the time between steps, and our last exchanges' round trips
-  // (their minimum, the link's own cost: one that waited out a partner's evaluation or
-  // loading does not set H).
+  // --local-steps auto and --codec auto: an EWMA of the time between steps, and our last
+  // exchanges' round trips (their minimum, the link's own cost: one that waited out a
+  // partner's evaluation or loading does not set H). With codec auto, one window per codec of
+  // kAutoCodecs; a window not added to in kRttFresh round trips is stale (the link may have
+  // changed since): its codec's round trip is then scaled from the current codec's by bytes,
+  // and it starts afresh with its next one. With a fixed codec, window 0 takes them all.
+  struct RttWindow {
+    std::array<double, 4> rtt{};
+    std::uint64_t count = 0;  // round trips it holds, up to 4
+    std::uint64_t last = 0;   // rtt_count_ when it was last added to
+    double min() const;
+  };
+  static constexpr std::uint64_t kRttFresh = 16;
+  // Codec auto takes the lightest codec whose H is at most this times the least codec's.
+  static constexpr double kCodecSlack = 1.25;
   double last_step_at_ = -1, step_ewma_ = 0;
-  std::array<double, 4> recent_rtt_{};
+  std::array<RttWindow, 3> rtt_windows_{};
   std::uint64_t rtt_count_ = 0;
   bool outer_paused_ = false;  // pause_outer
   std::uint64_t auto_local_steps_ = 1;
-  void note_round_trip(double seconds);
+  PayloadCodec auto_codec_ = PayloadCodec::None;
+  bool auto_timing() const { return !cfg_.local_steps || cfg_.codec == PayloadCodec::Auto; }
+  // An exchange of ours in `codec` took `seconds` from request to mix: H and the codec again.
+  void note_round_trip(double seconds, PayloadCodec codec);
+  // A request's codec is ours, or (codec auto) one of the codecs auto chooses from.
+  bool accepts_codec(PayloadCodec c) const {
+    return c == cfg_.codec || (cfg_.codec == PayloadCodec::Auto && auto_codec_choice(c));
+  }
   std::uint64_t next_exchange_id_ = 1;
   std::uint64_t timer_seq_ = 0;
   // The exchange deadlines (out_'s and in_'s) share one pending timer per side, armed for the
@@ -649,6 +678,7 @@ class Gossip {
     SentSnapshot mine;      // y_s as sent
     ReceivedSnapshot theirs = {};  // codec none: x_s so far
     std::uint32_t fragment = 0;    // the range the initiator chose
+    PayloadCodec codec = PayloadCodec::None;  // the request's, ours too
     bool absolute = false;         // int4: our verdict, absolute int8 both ways
   };
   std::vector<Incoming> in_;

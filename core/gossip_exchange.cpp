@@ -17,8 +17,9 @@ constexpr std::size_t npos = static_cast<std::size_t>(-1);
 std::string Gossip::check_exchange_header(const ExchangeMsg& h) const {
   if (h.param_count != params_.size())
     return "model has " + std::to_string(h.param_count) + " parameters, ours " + std::to_string(params_.size());
-  if (h.codec != cfg_.codec)
-    return std::string("payload codec ") + codec_name(h.codec) + ", this swarm uses " + codec_name(cfg_.codec);
+  if (!accepts_codec(h.codec))
+    return std::string("payload codec ") + codec_name(h.codec) + ", this swarm uses " + codec_name(cfg_.codec) +
+           (cfg_.codec == PayloadCodec::Auto ? " (none, fp16 or int8, chosen per exchange)" : "");
   if (h.fragments != fragments_) return fragments_problem(h);
   if (!(h.weight > 0) || !std::isfinite(h.weight)) return "bad mixing weight";
   return {};
@@ -94,7 +95,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   // Without a payload (dense codecs): a streamed exchange, x_s follows in an ExchangePayload.
   const bool streamed = !msg.payload && cfg_.codec != PayloadCodec::TopK;
   // Another cut of the model (a misconfigured peer, not bad input): declined, nothing changed.
-  if (h.codec == cfg_.codec && h.param_count == params_.size() && h.fragments != fragments_) {
+  if (accepts_codec(h.codec) && h.param_count == params_.size() && h.fragments != fragments_) {
     env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, fragments_problem(h), digest()}));
     return;
   }
@@ -141,7 +142,8 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   if (!streamed && !screen_model(from, robust_, theirs, range_of(h), h.exchange_id)) return;  // before we answer
   const double a = h.weight, b = my_weight();
   // y_s: the live parameters (the fragment's range), stable between steps; sent as it is copied.
-  ExchangeMsg rh = our_exchange_header(h.exchange_id, b, h.fragment);
+  // The reply goes in the request's codec (codec auto: the initiator's choice; else ours).
+  ExchangeMsg rh = our_exchange_header(h.exchange_id, b, h.fragment, h.codec);
   SentSnapshot mine;
   bool absolute = false;
   if (cfg_.codec == PayloadCodec::Int4) {
@@ -165,6 +167,7 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
     std::erase_if(in_, [&](const Incoming& x) { return x.peer == from; });
     Incoming inc{from, h.exchange_id, env_.now() + cfg_.exchange_timeout_s, a, b, std::move(mine)};
     inc.fragment = h.fragment;
+    inc.codec = h.codec;
     inc.absolute = absolute;
     arm_deadline(kIncomingDeadline, inc.deadline, cfg_.exchange_timeout_s);
     in_.push_back(std::move(inc));
@@ -173,28 +176,29 @@ void Gossip::on_exchange_request(const PeerId& from, const Message& msg) {
   // and relative_distance(ys, theirs)
   outer_step(h.fragment);
   stats_.last_distance = mix_into_with_distance(range_of(h), Pieces(theirs), mine.view(), a / (a + b));
-  responder_done(from, h.clock, h.fragment);
+  responder_done(from, h.clock, h.fragment, h.codec);
 }
 
-ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment) {
+ExchangeMsg Gossip::our_exchange_header(std::uint64_t exchange_id, double weight, std::uint32_t fragment, PayloadCodec codec) {
   ExchangeMsg h;
   h.fragment = fragment;
   h.fragments = fragments_;
   h.exchange_id = exchange_id;
   h.clock = clock_;
   h.weight = weight;
-  h.codec = cfg_.codec;
+  h.codec = codec;
   h.param_count = params_.size();
   h.view = digest();
   return h;
 }
 
-void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment) {
+void Gossip::responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment, PayloadCodec codec) {
   mixed_with(from, their_clock, fragment);
   ++stats_.answered;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "responder");
   e.distance = stats_.last_distance;
   e.other = their_clock;
+  e.codec = codec;
   env_.event(e);
 }
 
@@ -207,13 +211,15 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   }
   auto it = std::find_if(in_.begin(), in_.end(), [&](const Incoming& x) { return x.peer == from && x.id == h.exchange_id; });
   // The x_s of a request we declined for its fragment count (on_exchange_request): not bad input.
-  if (it == in_.end() && h.fragments != fragments_ && h.codec == cfg_.codec && h.param_count == params_.size()) return;
+  if (it == in_.end() && h.fragments != fragments_ && accepts_codec(h.codec) && h.param_count == params_.size()) return;
   // Checked whether or not we still wait for it: bad input is bad input. A chunk of x_s is
   // checked as it lands; a bad one, however late in x_s, drops the exchange (nothing mixed on
   // either side: no accept goes back).
   std::span<const float> theirs;
   std::string problem =
-      cfg_.codec == PayloadCodec::None ? check_chunk(msg, h, theirs) : decode_payload(msg, h, scratch_in_, theirs);
+      h.codec == PayloadCodec::None ? check_chunk(msg, h, theirs) : decode_payload(msg, h, scratch_in_, theirs);
+  if (problem.empty() && it != in_.end() && h.codec != it->codec)
+    problem = std::string("x_s in codec ") + codec_name(h.codec) + ", the exchange's is " + codec_name(it->codec);
   // int4: a residual x_s for an exchange whose references we found apart (we replied absolute
   // int8): the initiator sends x_s again as int8 once it reads our reply; this one is of no use.
   if (problem.empty() && it != in_.end() && cfg_.codec == PayloadCodec::Int4 && it->absolute && !h.absolute &&
@@ -232,7 +238,7 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   }
   if (it == in_.end()) return;  // we answered Busy, or our deadline for it passed: nothing to mix
   Pieces xs(theirs);
-  if (cfg_.codec == PayloadCodec::None) {
+  if (h.codec == PayloadCodec::None) {
     if (!it->theirs.add(msg, h)) {
       // A chunk went missing (a message lost on the way): x_s cannot be whole.
       const std::string why =
@@ -258,12 +264,12 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
   }
   // x_s is valid and will be mixed (nothing below can fail): the accept goes out first, so
   // that the initiator's mix overlaps ours instead of following it.
-  ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight, inc.fragment);
+  ExchangeMsg r = our_exchange_header(h.exchange_id, inc.mine_weight, inc.fragment, inc.codec);
   env_.send(from, make_message(MsgType::ExchangeAccept, r, nullptr));
   outer_step(inc.fragment);
   stats_.last_distance = mix_into_with_distance(range_of(h), xs, ys, inc.weight / (inc.weight + inc.mine_weight));
   if (cfg_.codec == PayloadCodec::Int4) int4_commit(from, h, inc.mine.decoded, theirs);
-  responder_done(from, h.clock, inc.fragment);
+  responder_done(from, h.clock, inc.fragment, inc.codec);
 }
 
 void Gossip::on_exchange_accept(const PeerId& from, const Message& msg) {
@@ -289,7 +295,14 @@ void Gossip::on_exchange_reply(const PeerId& from, const Message& msg) {
     return reject(from, e.what());
   }
   std::size_t i = find_out(from, h.exchange_id);
-  if (cfg_.codec == PayloadCodec::None) {
+  // A reply in another codec than our request's: bad input (its chunks are not ours to add).
+  if (i != npos && h.codec != out_[i].codec) {
+    const std::string why = std::string("reply in codec ") + codec_name(h.codec) + " to a request in " + codec_name(out_[i].codec);
+    out_.erase(out_.begin() + static_cast<std::ptrdiff_t>(i));
+    ++stats_.failed;
+    return reject(from, why);
+  }
+  if (h.codec == PayloadCodec::None) {
     // Each chunk of y_s is checked as it lands; a bad one fails the exchange (nothing mixed).
     std::span<const float> chunk;
     if (auto p = check_chunk(msg, h, chunk); !p.empty()) {
@@ -344,7 +357,7 @@ void Gossip::complete_exchange(std::size_t index) {
   const Message& first = o.reply.chunks.front();
   const ExchangeMsg h = decode_exchange(first);  // decoded once already
   Pieces theirs;
-  if (cfg_.codec == PayloadCodec::None) {
+  if (o.codec == PayloadCodec::None) {
     theirs = o.reply.view();  // checked as they landed
   } else if (cfg_.codec == PayloadCodec::Int4) {
     theirs = Pieces(std::span<const float>(o.reply_decoded));  // decoded against the references as it landed
@@ -379,7 +392,8 @@ void Gossip::complete_exchange(std::size_t index) {
   e.distance = stats_.last_distance;
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
-  note_round_trip(e.seconds);
+  e.codec = o.codec;
+  note_round_trip(e.seconds, o.codec);
   env_.event(e);
 }
 

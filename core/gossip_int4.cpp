@@ -98,7 +98,7 @@ void Gossip::int4_reply(std::size_t index, const Message& msg, const ExchangeMsg
     // eviction): it ignores our residual x_s, and this exchange goes absolute both ways.
     o.absolute = true;
     ++stats_.int4_absolute;
-    ExchangeMsg xh = our_exchange_header(o.id, o.weight, o.fragment);
+    ExchangeMsg xh = our_exchange_header(o.id, o.weight, o.fragment, PayloadCodec::Int4);
     xh.absolute = true;
     int4_encode(peer, xh, true, o.snap);
     env_.send(peer, make_message(MsgType::ExchangePayload, xh, o.snap.chunks.front()));

@@ -27,7 +27,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
   }
   outer_step();  // before y_s[S] is taken: the reply and our mix see the same model
   const double a = h.weight, b = my_weight();
-  ExchangeMsg r = our_exchange_header(h.exchange_id, b);
+  ExchangeMsg r = our_exchange_header(h.exchange_id, b, 0, PayloadCodec::TopK);
   auto reply = std::make_shared<Bytes>(encode_sparse_reply(sel.indices, params_));
   stats_.payload_bytes_sent += reply->size();
   ++stats_.payloads_sent;
@@ -44,7 +44,7 @@ void Gossip::sparse_respond(const PeerId& from, const Message& msg, const Exchan
     sparse_ref_[j] = params_[j];
   }
   stats_.last_distance = nx > 0 ? std::sqrt(d / nx) : 0.0;
-  responder_done(from, h.clock);
+  responder_done(from, h.clock, 0, PayloadCodec::TopK);
 }
 
 void Gossip::sparse_finish(const PeerId& from, const Message& msg, const ExchangeMsg& h, Outstanding o) {
@@ -80,7 +80,8 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
   e.distance = stats_.last_distance;
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
-  note_round_trip(e.seconds);
+  e.codec = PayloadCodec::TopK;
+  note_round_trip(e.seconds, PayloadCodec::TopK);
   env_.event(e);
 }
 

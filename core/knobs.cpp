@@ -56,13 +56,15 @@ const Knob kKnobs[] = {
      "(--exchange-share) of the compute between two (measured: the step time and the recent round trips; 1..1024)",
      kAll, RUMOR_FIELD(gossip.local_steps), nullptr, nullptr, "auto"},
     {"exchange_share", "gossip", T::Real, 0.01, 10, nullptr, "", kNet,
-     "With --local-steps auto: the round trip of an exchange against the compute time between two", kAll,
+     "With --local-steps auto or --codec auto: the round trip of an exchange against the compute time between two", kAll,
      RUMOR_FIELD(gossip.exchange_share)},
     {"mix_weight", "gossip", T::Choice, 0, 0, "uniform|samples", "", kNet,
      "Averaging weights: uniform, or by the samples each peer has processed", kAll, RUMOR_FIELD(gossip.mix_weight)},
-    {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|int4|topk", "", kNet,
+    {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|int4|topk|auto", "", kNet,
      "Parameter encoding on the wire (int4: 4-bit residuals against per-partner references, error feedback; "
-     "topk: sparse residuals with error feedback)",
+     "topk: sparse residuals with error feedback; auto: none, fp16 or int8 per exchange, the one whose measured "
+     "round trip needs the fewest local steps between exchanges (--exchange-share), float32 while settling; "
+     "every peer must use auto)",
      kAll, RUMOR_FIELD(gossip.codec)},
     {"fragments", "gossip", T::Count, 1, 64, nullptr, "", kNet,
      "Cut the parameters into this many contiguous ranges and average one per exchange, in turn (Streaming "

@@ -226,7 +226,7 @@ void Runtime::report_eval(std::uint64_t step, double epoch, double loss, double 
                           {"peers", peers},
                           {"view_active", overlay ? overlay->active().size() : peers - 1},
                           {"view_passive", overlay ? overlay->passive().size() : 0},
-                          {"codec", codec_name(loop.settings().gossip.codec)},
+                          {"codec", codec_name(loop.gossip().codec_now())},
                           {"local_steps", loop.gossip().local_steps_now()},
                           {"payload_bytes_sent", gs.payload_bytes_sent},
                           {"payloads_sent", gs.payloads_sent},

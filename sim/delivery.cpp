@@ -229,7 +229,11 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
       // Test-only: a NaN slips into the model as if the mix had let it through.
       if (s.faults.mutation == Mutation::MixNonfinite && p.model && !p.model->params().empty() && fault_rng.uniform() < 0.05)
         p.model->params()[0] = std::numeric_limits<float>::quiet_NaN();
-      if (s.log_exchanges) log(p, "exchange", e.peer, e.clock, e.distance, fmt::format("{} rtt={:.6f} peer_clock={}", e.reason, e.seconds, e.other));
+      if (s.log_exchanges)
+        log(p, "exchange", e.peer, e.clock, e.distance,
+            fmt::format("{} rtt={:.6f} peer_clock={}{}{}", e.reason, e.seconds, e.other,
+                        s.loop.gossip.codec == PayloadCodec::Auto ? " codec=" : "",
+                        s.loop.gossip.codec == PayloadCodec::Auto ? codec_name(e.codec) : ""));
       break;
     case K::ExchangeFailed:
       ++totals.failed;

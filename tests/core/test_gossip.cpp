@@ -177,7 +177,8 @@ TEST_CASE("gossip: with every codec the sum is conserved and peers reach consens
     PayloadCodec codec;
     double consensus;  // bound on the final distance to the mean
   };
-  for (Case k : {Case{PayloadCodec::None, 1e-5}, Case{PayloadCodec::Fp16, 2e-3}, Case{PayloadCodec::Int8, 2e-2}, Case{PayloadCodec::TopK, 1e-5}}) {
+  for (Case k : {Case{PayloadCodec::None, 1e-5}, Case{PayloadCodec::Fp16, 2e-3}, Case{PayloadCodec::Int8, 2e-2}, Case{PayloadCodec::TopK, 1e-5},
+                 Case{PayloadCodec::Auto, 2e-2}}) {
     Cluster c;
     c.cfg.codec = k.codec;
     c.cfg.topk_fraction = 0.1;
@@ -204,6 +205,17 @@ TEST_CASE("gossip: with every codec the sum is conserved and peers reach consens
     INFO(std::string(codec_name(k.codec)) << ": mean drift " << drift << ", worst distance to the mean " << worst);
     CHECK(drift < 1e-5);
     CHECK(worst < k.consensus);
+    if (k.codec == PayloadCodec::Auto) {
+      // Every link here costs its latency only: float32 mostly, and the other two tried now and
+      // then (a codec's window goes stale after 16 round trips); the sum holds across them.
+      std::map<PayloadCodec, int> used;
+      for (const auto& [id, node] : c.nodes)
+        for (const ProtocolEvent& e : node->env.events)
+          if (e.kind == ProtocolEvent::Kind::ExchangeDone && e.reason == "initiator") ++used[e.codec];
+      INFO("none " << used[PayloadCodec::None] << ", fp16 " << used[PayloadCodec::Fp16] << ", int8 " << used[PayloadCodec::Int8]);
+      CHECK(used.size() == 3);
+      CHECK(used[PayloadCodec::None] > 2 * (used[PayloadCodec::Fp16] + used[PayloadCodec::Int8]));
+    }
   }
 }
 
@@ -678,6 +690,58 @@ TEST_CASE("gossip: a reply chunk that is bad or out of place fails the exchange 
     CHECK(p.a->stats().failed == 1);
     CHECK(p.a->stats().rejected == (how == "nan" ? 1 : 0));
     CHECK(p.pa == p.pa0);
+  }
+}
+
+TEST_CASE("gossip: codec auto answers a request in its codec; a fixed codec, or auto, refuses the codecs it does not take") {
+  const std::size_t n = 300;
+  const auto request = [&](PayloadCodec codec, std::uint64_t id) {
+    ExchangeMsg h;
+    h.exchange_id = id;
+    h.param_count = n;
+    h.codec = codec;
+    h.view = {MemberDigest{"x", 0, MemberState::Alive, 0}};
+    const std::vector<float> theirs(n, 3.0f);
+    if (codec == PayloadCodec::Int4) return make_message(MsgType::ExchangeRequest, h, nullptr);  // x_s follows the reply
+    return make_message(MsgType::ExchangeRequest, h,
+                        codec == PayloadCodec::None ? encode_params(theirs) : std::make_shared<Bytes>(encode_dense(codec, theirs)));
+  };
+  GossipConfig auto_cfg;
+  auto_cfg.codec = PayloadCodec::Auto;
+  std::uint64_t id = 1;
+  for (PayloadCodec c : {PayloadCodec::None, PayloadCodec::Fp16, PayloadCodec::Int8}) {
+    INFO(codec_name(c));
+    TimerEnv eb;
+    std::vector<float> pb(n, 1.0f);
+    Gossip b(eb, auto_cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    b.start({});
+    b.on_message("x", request(c, id++));
+    REQUIRE(eb.sent.size() == 1);
+    const Message& reply = eb.sent.back().second;
+    CHECK(reply.type == MsgType::ExchangeReply);
+    CHECK(decode_exchange(reply).codec == c);
+    CHECK(reply.payload->size() == encoded_size(c, n));
+    CHECK(b.stats().answered == 1);
+    CHECK(pb[0] == doctest::Approx(2.0).epsilon(1e-3));  // the mean of 1 and 3
+  }
+  struct Refusal {
+    PayloadCodec ours, theirs;
+    const char* says;
+  };
+  for (Refusal r : {Refusal{PayloadCodec::Auto, PayloadCodec::Int4, "payload codec int4, this swarm uses auto (none, fp16 or int8"},
+                    Refusal{PayloadCodec::None, PayloadCodec::Int8, "payload codec int8, this swarm uses none"},
+                    Refusal{PayloadCodec::Int8, PayloadCodec::Fp16, "payload codec fp16, this swarm uses int8"}}) {
+    INFO(codec_name(r.ours) << " <- " << codec_name(r.theirs));
+    TimerEnv eb;
+    std::vector<float> pb(n, 1.0f);
+    GossipConfig cfg;
+    cfg.codec = r.ours;
+    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+    b.start({});
+    b.on_message("x", request(r.theirs, id++));
+    REQUIRE(!eb.reasons.empty());
+    CHECK(eb.reasons.back().find(r.says) != std::string::npos);
+    CHECK(pb == std::vector<float>(n, 1.0f));
   }
 }
 

@@ -677,6 +677,76 @@ TEST_CASE("gossip: local_steps = auto keeps an exchange within exchange_share of
   CHECK(again.events_csv() == slow.events_csv());
 }
 
+namespace {
+// Initiated exchanges ending in [from, to), by the codec the events log gives them (codec auto);
+// with `clock`, only those of an initiator whose clock (local steps) was that.
+std::map<std::string, int> codecs_used(const Simulation& sim, double from, double to, long clock = -1) {
+  std::map<std::string, int> used;
+  std::istringstream in(sim.events_csv());
+  for (std::string line; std::getline(in, line);) {
+    const auto k = line.find(" codec=");
+    if (line.find(",exchange,") == std::string::npos || line.find("initiator rtt=") == std::string::npos || k == std::string::npos)
+      continue;
+    const double t = std::stod(line);
+    std::istringstream fields(line);
+    std::string f;
+    for (int i = 0; i < 5; ++i) std::getline(fields, f, ',');  // time,peer,event,other,clock
+    if (clock >= 0 && std::stol(f) != clock) continue;
+    if (t >= from && t < to) ++used[line.substr(k + 7, line.find('"', k) - k - 7)];
+  }
+  return used;
+}
+}  // namespace
+
+TEST_CASE("gossip: codec = auto compresses where the bytes are the cost, keeps float32 where they are not, settles in float32") {
+  // 1 Mbit, 8 KB of float32: the bytes are the round trip. int8 takes a quarter of them, so
+  // auto goes int8 and exchanges about 3 times as often as float32 does at the same share.
+  Simulation none(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=none"}));
+  Simulation autoc(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto"}));
+  none.run();
+  autoc.run();
+  const auto [nn, ln] = exchange_load(none, 1, 4);
+  const auto [na, la] = exchange_load(autoc, 1, 4);
+  auto used = codecs_used(autoc, 1, 4);
+  INFO("float32: " << nn << " exchanges, in flight " << ln << "; auto: " << na << ", " << la << ", int8 " << used["int8"] << ", fp16 "
+                   << used["fp16"] << ", none " << used["none"]);
+  CHECK(used["int8"] >= 0.9 * na);
+  CHECK(na > 2 * nn);
+  CHECK(la < 0.3);
+  CHECK(codecs_used(none, 0, 10).empty());  // the log names the codec only when it is chosen
+  // 80 bytes behind 2 ms of latency: fewer bytes change nothing, so float32, with the lighter
+  // codecs tried again once their round trips are 16 exchanges old.
+  Simulation latency(scn(kAutoH, {"workload.dim=20", "network.latency=2ms", "gossip.codec=auto"}));
+  latency.run();
+  used = codecs_used(latency, 1, 4);
+  INFO("2 ms latency: none " << used["none"] << ", fp16 " << used["fp16"] << ", int8 " << used["int8"]);
+  CHECK(used["none"] > 4 * (used["fp16"] + used["int8"]));
+  // A fixed H takes the lightest codec whose round trip fits in exchange_share of H steps:
+  // int8 (about 35 ms) in 200 steps (40 ms), float32 (about 135 ms) in 1000 (200 ms).
+  Simulation h200(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto", "gossip.local_steps=200"}));
+  Simulation h1000(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto", "gossip.local_steps=1000"}));
+  h200.run();
+  h1000.run();
+  const auto u200 = codecs_used(h200, 1, 4), u1000 = codecs_used(h1000, 1, 4);
+  CHECK(u200.size() == 1);
+  CHECK(u200.count("int8") == 1);
+  CHECK(u1000.size() == 1);
+  CHECK(u1000.count("none") == 1);
+  // Once training is over (2,000 steps, about 2.1 s), settling goes in float32: its last
+  // exchanges make the models equal, which no quantisation can.
+  Simulation settle(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto", "workload.steps=2000", "run.settle=1"}));
+  settle.run();
+  const auto training = codecs_used(settle, 0, 1.5), settling = codecs_used(settle, 0, 10, 2000);
+  INFO("training: int8 " << training.count("int8") << "; settling: none " << (settling.count("none") ? settling.at("none") : 0));
+  CHECK(training.count("int8") == 1);
+  CHECK(settling.size() == 1);
+  CHECK(settling.count("none") == 1);
+  // The same seed, the same choices.
+  Simulation again(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto"}));
+  again.run();
+  CHECK(again.events_csv() == autoc.events_csv());
+}
+
 TEST_CASE("churn: every kind of churn and fault runs to the end without stalling") {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {"crash", {"churn.crash=p3 at 0.5", "churn.crash=p0 at 0.8"}},
