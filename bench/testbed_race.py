@@ -101,7 +101,25 @@ def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets
         "wall": s["wall_s"],
         "curve": [(e[0], e[2]) for e in p0["evals"]],
         "local_steps": local_steps_seen(out),
+        "codecs": codecs_seen(out),
     }
+
+
+def codecs_seen(out):
+    """The codecs p0's evaluations reported in use (`codec` on each eval line), in the order
+    first seen: what `codec = auto` chose (one where the codec is fixed). None where no metrics say."""
+    path = os.path.join(out, "p0.jsonl")
+    if not os.path.exists(path):
+        return None
+    seen = []
+    for line in open(path):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "eval" and e.get("codec") and e["codec"] not in seen:
+            seen.append(e["codec"])
+    return seen or None
 
 
 def local_steps_seen(out):
@@ -274,6 +292,10 @@ def table(name, desc, systems, target):
             continue
         hs = [r["local_steps"] for r in real if r.get("local_steps")]
         h = f", H {min(a for a, _ in hs)}-{max(b for _, b in hs)}" if hs else ""
+        codecs = []
+        for r in real:
+            codecs += [c for c in (r.get("codecs") or []) if c not in codecs]
+        h += f", codec {'/'.join(codecs)}" if codecs else ""
         lines.append(row(f"{label}, real ({len(real)}){h}", real))
         if sim:
             lines.append(row(f"{label}, rumor-sim prediction ({len(sim)})", sim))
@@ -441,27 +463,33 @@ def main():
                       file=sys.stderr)
         systems = [(label, runs[label][0], runs[label][1]) for label, _, _ in variants]
         if args.python and name in python_scenarios:
-            preal, psim = [], []
+            # the variants race the Python peers too, in the same rounds (the scenario's own first)
+            pvariants = [(label.replace("Rumor native", "Rumor Python (rumor.torch)"), tag, sets)
+                         for label, tag, sets in variants]
+            pruns = {label: ([], []) for label, _, _ in pvariants}
             python_tb = None
             if args.testbed_calibrate:
                 python_tb = testbed_calibrate(args.build, scn, os.path.join(args.out, name, "tbcal-python"), "python",
                                               args.torch_model, args.set, rerun=not (args.sim_only or args.resume))
             for k in range(args.python_rounds):
-                t0 = time.time()
-                preal.append(real_round(args.build, scn, os.path.join(args.out, name, f"python{k}"), args.target,
-                                        args.timeout, rerun=not args.sim_only, resume=args.resume, python=True,
-                                        torch_model=args.torch_model, sets=args.set))
-                # rumor-sim has the scenario's MLP, not the torch CNN (batch norm): no prediction of that
-                if torch_model == "mlp":
-                    psim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-python{k}"),
-                                          args.target, 1 + k, rerun=not args.tables_only,
-                                          sets=args.set + ["output.train_evals=p0", "compute.driver=python"],
-                                          more=[torch_calib, python_tb]))
-                print(f"testbed_race: {name} Rumor Python round {k + 1}/{args.python_rounds}: p0 t="
-                      f"{preal[-1]['t_target']} wall {preal[-1]['wall']:.1f} s, {preal[-1]['mb'] or 0:.0f} MB/peer"
-                      + (f", sim t={psim[-1]['t_target']} wall {psim[-1]['wall']:.1f} s" if psim else "")
-                      + f" ({time.time() - t0:.0f} s)", file=sys.stderr)
-            systems.insert(0, ("Rumor Python (rumor.torch)", preal, psim or None))
+                for label, tag, sets in pvariants:
+                    t0 = time.time()
+                    preal, psim = pruns[label]
+                    preal.append(real_round(args.build, scn, os.path.join(args.out, name, f"python{tag}{k}"), args.target,
+                                            args.timeout, rerun=not args.sim_only, resume=args.resume, python=True,
+                                            torch_model=args.torch_model, sets=args.set + sets))
+                    # rumor-sim has the scenario's MLP, not the torch CNN (batch norm): no prediction of that
+                    if torch_model == "mlp":
+                        psim.append(sim_round(args.build, scn, calib, os.path.join(args.out, name, f"sim-python{tag}{k}"),
+                                              args.target, 1 + k, rerun=not args.tables_only,
+                                              sets=args.set + sets + ["output.train_evals=p0", "compute.driver=python"],
+                                              more=[torch_calib, python_tb]))
+                    print(f"testbed_race: {name} {label} round {k + 1}/{args.python_rounds}: p0 t="
+                          f"{preal[-1]['t_target']} wall {preal[-1]['wall']:.1f} s, H {preal[-1]['local_steps']}, "
+                          f"{preal[-1]['mb'] or 0:.0f} MB/peer"
+                          + (f", sim t={psim[-1]['t_target']} wall {psim[-1]['wall']:.1f} s" if psim else "")
+                          + f" ({time.time() - t0:.0f} s)", file=sys.stderr)
+            systems[:0] = [(label, pruns[label][0], pruns[label][1] or None) for label, _, _ in pvariants]
         forms = [f for f in args.ddp.split(",") if f] if name in args.ddp_scenarios.split(",") else []
         for form in forms:
             dreal, dsim = [], []

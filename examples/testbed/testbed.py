@@ -394,7 +394,7 @@ TORCH_WORKER_FLAGS = ("--epochs", "--steps", "--batch", "--lr", "--lr-schedule",
                       "--min-peers", "--eval-every", "--swarm-epochs", "--outer-lr", "--outer-momentum")
 # rumor-peer's defaults where the worker's differ (the plan lists only what a scenario changes)
 TORCH_WORKER_DEFAULTS = {"--lr": "0.001", "--lr-schedule": "constant", "--mix-weight": "uniform", "--settle": "3",
-                         "--settle-max": "60", "--local-steps": "1", "--codec": "none", "--staleness": "inf"}
+                         "--settle-max": "60", "--local-steps": "auto", "--codec": "none", "--staleness": "inf"}
 
 
 def torch_model_of(flags, torch_model):

@@ -17,6 +17,9 @@
   test_testbed.py calibrate BUILD run.sh --calibrate on two classes (0.5 and 0.25 of a core):
                                   each class gets a step CPU that rumor-sim takes, each peer
                                   used its cap while stepping (the cap held), nothing is left.
+  test_testbed.py defaults BUILD  (no testbed needed) a scenario that leaves a loop knob unset
+                                  gives the Python peers rumor-peer's default for it, as
+                                  `rumor-peer --help` prints it (--local-steps auto, ...).
 
 Exit 77 (ctest's SKIP_RETURN_CODE) with the reason where a testbed cannot be built here.
 """
@@ -337,11 +340,35 @@ def calibrate(build):
     print("PASS")
 
 
+def defaults(build):
+    """The worker's flags for a plan that sets none of the loop knobs: each must be rumor-peer's
+    default. (Once --local-steps auto became rumor-peer's default, a stale `1` here ran the
+    Python peers at H = 1 while rumor-sim, given the same file, chose H itself.)"""
+    text = subprocess.run([os.path.join(build, "peer", "rumor-peer"), "--help"], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout
+    peer_default = dict(re.findall(r"^\s+(--[a-z-]+) \S*?=(\S+)", text, re.M))
+    argv = T.torch_worker_argv("worker.py", ["--shard", "1/4"], "mlp", "m.jsonl", None)
+    given = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i] in T.TORCH_WORKER_DEFAULTS}
+    checked = 0
+    for key in T.TORCH_WORKER_DEFAULTS:
+        if key not in peer_default:
+            fail(f"{key}: rumor-peer --help shows no default for it")
+        if given.get(key) != peer_default[key]:
+            fail(f"{key}: the Python peers get {given.get(key)!r} where the scenario leaves it unset, rumor-peer's "
+                 f"default is {peer_default[key]!r}")
+        checked += 1
+    print(f"{checked} loop knobs: the Python peers get rumor-peer's defaults ({', '.join(f'{k} {v}' for k, v in given.items())})")
+    print("PASS")
+
+
 def main():
-    cases = {"shaping": shaping, "cpu": cpu, "swarm": swarm, "python": python, "calibrate": calibrate}
+    cases = {"shaping": shaping, "cpu": cpu, "swarm": swarm, "python": python, "calibrate": calibrate, "defaults": defaults}
     if len(sys.argv) != 3 or sys.argv[1] not in cases:
         print(__doc__)
         return 2
+    if sys.argv[1] == "defaults":  # no namespaces needed
+        defaults(os.path.abspath(sys.argv[2]))
+        return 0
     why = T.Testbed.refusal()
     if why:
         print(f"SKIPPED: cannot build a testbed here: {why}")
