@@ -274,10 +274,11 @@ class Gossip {
   // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
   std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
   // The codec of the next exchange we start: cfg.codec, or with codec = Auto the measured
-  // choice (none until round trips say otherwise, and none while settling).
+  // choice (none until round trips say otherwise), and none while settling: training done, or
+  // a pause (the Python module's serve(), which settles with outer steps paused).
   PayloadCodec codec_now() const {
     if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
-    return done() ? PayloadCodec::None : auto_codec_;
+    return done() || outer_paused_ ? PayloadCodec::None : auto_codec_;
   }
   // The swarm's samples as far as we know: ours and every member's we have heard of
   // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.

@@ -741,6 +741,16 @@ TEST_CASE("gossip: codec = auto compresses where the bytes are the cost, keeps f
   CHECK(training.count("int8") == 1);
   CHECK(settling.size() == 1);
   CHECK(settling.count("none") == 1);
+  // A Python script's settling is a pause (serve() after its last step, the peer not marked
+  // done): float32 too.
+  Simulation pause(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto", "workload.steps=2000", "run.settle=1",
+                                "compute.driver=python"}));
+  pause.run();
+  const auto paused = codecs_used(pause, 0, 10, 2000);
+  INFO("python driver, settling: none " << (paused.count("none") ? paused.at("none") : 0) << " of " << paused.size() << " codecs");
+  CHECK(codecs_used(pause, 0, 1.5).count("int8") == 1);
+  CHECK(paused.size() == 1);
+  CHECK(paused.count("none") == 1);
   // The same seed, the same choices.
   Simulation again(scn(kAutoH, {"class.peer.bandwidth=1Mbit", "gossip.codec=auto"}));
   again.run();
