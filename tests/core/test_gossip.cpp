@@ -693,7 +693,7 @@ TEST_CASE("gossip: a reply chunk that is bad or out of place fails the exchange 
   }
 }
 
-TEST_CASE("gossip: codec auto answers a request in its codec; a fixed codec, or auto, refuses the codecs it does not take") {
+TEST_CASE("gossip: codec auto answers a request in its codec, and a fixed codec, or auto, refuses the codecs it does not take") {
   const std::size_t n = 300;
   const auto request = [&](PayloadCodec codec, std::uint64_t id) {
     ExchangeMsg h;
