@@ -128,8 +128,11 @@ TEST_CASE("cli: every loop knob is a flag with the table's default, and a bad va
     if (!(k.scope & rumor::Knob::kDaemon)) continue;
     CAPTURE(k.name);
     const std::string flag = rumor::knob_flag(k);
-    const auto at = help.find(flag + " ") != std::string::npos ? help.find(flag + " ") : help.find(flag + "=");
+    // The flag's own line (another knob's words may name it: "With --local-steps auto or --codec auto").
+    const std::string line = "\n  " + flag;
+    auto at = help.find(line + " ") != std::string::npos ? help.find(line + " ") : help.find(line + "=");
     REQUIRE(at != std::string::npos);
+    ++at;  // past the newline
     const std::string shown = k.default_text ? k.default_text : rumor::knob_value(k, defaults);
     CHECK(help.substr(at, help.find('\n', at) - at).find("=" + shown) != std::string::npos);
   }
