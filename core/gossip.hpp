@@ -78,8 +78,8 @@ struct GossipConfig {
   // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
   // share of the compute time between two exchanges (H step times), from an EWMA of the step
   // time and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.
-  // codec = Auto: each exchange we start goes in the codec of kAutoCodecs whose round trip
-  // needs the fewest steps between exchanges by that rule (the lightest of those that tie); a
+  // codec = Auto: each exchange we start goes in the lightest codec of kAutoCodecs whose round
+  // trip needs at most kCodecSlack times the fewest steps between exchanges by that rule; a
   // fixed H takes the lightest whose round trip fits in this share of H steps.
   double exchange_share = 0.2;
   static constexpr std::uint64_t kAutoMaxLocalSteps = 1024;
