@@ -105,38 +105,37 @@ def real_round(build, scenario, out, target, timeout, ddp=None, rerun=True, sets
     }
 
 
-def codecs_seen(out):
-    """The codecs p0's evaluations reported in use (`codec` on each eval line), in the order
-    first seen: what `codec = auto` chose (one where the codec is fixed). None where no metrics say."""
+def p0_evals(out):
+    """p0's "eval" metrics lines (p0.jsonl), in order; None where it has no metrics."""
     path = os.path.join(out, "p0.jsonl")
     if not os.path.exists(path):
         return None
-    seen = []
+    evals = []
     for line in open(path):
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        if e.get("event") == "eval" and e.get("codec") and e["codec"] not in seen:
-            seen.append(e["codec"])
-    return seen or None
+        if e.get("event") == "eval":
+            evals.append(e)
+    return evals
 
 
 def local_steps_seen(out):
     """The local steps (H) p0's evaluations reported, first and last to the range: what
     `local_steps = auto` chose (one value where H is fixed). None where no metrics say."""
-    path = os.path.join(out, "p0.jsonl")
-    if not os.path.exists(path):
-        return None
-    hs = []
-    for line in open(path):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == "eval" and "local_steps" in e:
-            hs.append(e["local_steps"])
+    hs = [e["local_steps"] for e in p0_evals(out) or [] if "local_steps" in e]
     return (min(hs), max(hs)) if hs else None
+
+
+def codecs_seen(out):
+    """The codecs p0's evaluations reported in use (`codec` on each eval line), in the order
+    first seen: what `codec = auto` chose (one where the codec is fixed). None where no metrics say."""
+    seen = []
+    for e in p0_evals(out) or []:
+        if e.get("codec") and e["codec"] not in seen:
+            seen.append(e["codec"])
+    return seen or None
 
 
 def torch_calibrate(build, out, model):
