@@ -19,6 +19,7 @@
 // style) is stateful per pair: see core/sparse.hpp.
 #pragma once
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,9 +36,13 @@ constexpr std::uint8_t kMaxPayloadCodec = 4;
 // What codec auto chooses from, the lightest first: each takes about half the bytes of the one
 // before (4, 2 and 1.016 bytes per parameter).
 constexpr PayloadCodec kAutoCodecs[] = {PayloadCodec::None, PayloadCodec::Fp16, PayloadCodec::Int8};
-constexpr bool auto_codec_choice(PayloadCodec c) {
-  return c == PayloadCodec::None || c == PayloadCodec::Fp16 || c == PayloadCodec::Int8;
+// c's index in kAutoCodecs, or std::size(kAutoCodecs) where auto does not choose it.
+constexpr std::size_t auto_codec_slot(PayloadCodec c) {
+  std::size_t k = 0;
+  while (k < std::size(kAutoCodecs) && kAutoCodecs[k] != c) ++k;
+  return k;
 }
+constexpr bool auto_codec_choice(PayloadCodec c) { return auto_codec_slot(c) < std::size(kAutoCodecs); }
 
 const char* codec_name(PayloadCodec c);
 // "none", "fp16", "int8", "int4", "topk", "auto" -> codec; throws std::invalid_argument listing them.

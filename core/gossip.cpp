@@ -137,9 +137,7 @@ double Gossip::RttWindow::min() const {
 void Gossip::note_round_trip(double seconds, PayloadCodec codec) {
   if (!auto_timing()) return;
   const bool auto_codec = cfg_.codec == PayloadCodec::Auto;
-  const std::size_t slot = auto_codec ? static_cast<std::size_t>(std::find(std::begin(kAutoCodecs), std::end(kAutoCodecs), codec) -
-                                                                 std::begin(kAutoCodecs))
-                                      : 0;
+  const std::size_t slot = auto_codec ? auto_codec_slot(codec) : 0;
   RUMOR_CHECK(slot < rtt_windows_.size(), "a round trip in a codec that auto does not choose");
   RttWindow& w = rtt_windows_[slot];
   ++rtt_count_;

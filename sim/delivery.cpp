@@ -231,9 +231,8 @@ void Simulation::Impl::protocol_event(std::uint32_t peer, const ProtocolEvent& e
         p.model->params()[0] = std::numeric_limits<float>::quiet_NaN();
       if (s.log_exchanges)
         log(p, "exchange", e.peer, e.clock, e.distance,
-            fmt::format("{} rtt={:.6f} peer_clock={}{}{}", e.reason, e.seconds, e.other,
-                        s.loop.gossip.codec == PayloadCodec::Auto ? " codec=" : "",
-                        s.loop.gossip.codec == PayloadCodec::Auto ? codec_name(e.codec) : ""));
+            fmt::format("{} rtt={:.6f} peer_clock={}{}", e.reason, e.seconds, e.other,
+                        s.loop.gossip.codec == PayloadCodec::Auto ? std::string(" codec=") + codec_name(e.codec) : std::string()));
       break;
     case K::ExchangeFailed:
       ++totals.failed;
