@@ -102,12 +102,21 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
   view_.self().samples = samples;
   ++model_version_;
   ++steps_since_exchange_;
-  if (auto_timing()) {  // auto: time the steps (a gap of 20 steps or more is a pause, not a step)
+  if (auto_timing()) {
+    // Auto: the wall time per step over the last few seconds (kStepTau), every gap between
+    // steps counted but a pause: one of 20 steps or more and over kPauseGap (a Python script's
+    // serve(), a wait for state). A CPU cap's throttled part of each period is the peer's pace
+    // and counts: an earlier rule that dropped any gap of 20 steps took a testbed peer at 0.3
+    // of a core, stepping 1 ms steps for 30 ms of each 100, for a 1 ms step, and set H 3.3
+    // times what exchange_share asks (docs/ARCHITECTURE.md "Local steps chosen by the peer").
     const double now = env_.now();
     if (last_step_at_ >= 0) {
-      const double dt = now - last_step_at_;
-      if (step_ewma_ <= 0) step_ewma_ = dt;
-      else if (dt < 20 * step_ewma_) step_ewma_ += 0.1 * (dt - step_ewma_);
+      const double dt = now - last_step_at_, est = step_seconds();
+      if (!(est > 0) || dt < std::max(20 * est, kPauseGap)) {
+        const double decay = std::exp(-dt / kStepTau);
+        step_time_sum_ = step_time_sum_ * decay + dt;
+        step_count_sum_ = step_count_sum_ * decay + 1;
+      }
     }
     last_step_at_ = now;
   }
@@ -119,53 +128,110 @@ double Gossip::RttWindow::min() const {
   return *std::min_element(rtt.begin(), rtt.begin() + static_cast<std::ptrdiff_t>(std::min<std::uint64_t>(count, rtt.size())));
 }
 
-// --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
-// number of steps whose compute is at least rtt / exchange_share, so that the link spends at
-// most that share of our compute time on our exchanges. rtt is the shortest of the last 4: the
-// link's own cost. The others also waited for a partner that was loading, evaluating or off
-// its core, which loads no link; taking them (an earlier version took the median of 8 and
-// let H at most double per exchange) spaced the quickstart's exchanges 50-130 steps apart on
-// loopback, and followed a link that slowed only after seconds.
-//
 // --codec auto: the same H for each codec of kAutoCodecs, from its own window while that is
 // fresh, else from this exchange's codec's round trip scaled by the bytes (all of it taken as
 // the link's: hopeful for a codec with fewer bytes, which its first exchange then measures,
 // and wary of one with more, which is tried again only once the smaller one's window says
 // so). The lightest codec whose H is within kCodecSlack of the least goes next (the least
 // quantisation for about the same mixing). With a fixed H: the lightest whose H fits in it,
-// else as auto does.
-void Gossip::note_round_trip(double seconds, PayloadCodec codec) {
+// else as auto does. Chosen twice: from all our round trips (H, and the codec for a partner
+// not yet timed), and from those with this partner alone (the codec of our next exchange with
+// it): on S4 of the testbed, three peers on 1 Gbit chose float32 from all theirs, and sent
+// float32 to the fourth on 10 Mbit as well (docs/testbed.md "`--codec auto`").
+double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) const {
+  const auto steps_for = [&](double rtt) { return std::max(1.0, std::ceil(rtt / budget)); };
+  const std::size_t n = params_.size() / fragments_ + 1;  // a fragment's parameters: only the ratios count
+  const std::size_t cur = auto_codec_slot(codec);
+  const double rtt = l.windows[cur].min(), here = rtt / static_cast<double>(encoded_size(codec, n));
+  const bool retry = l.count >= l.retry_at;
+  std::array<double, std::size(kAutoCodecs)> hk{};
+  for (std::size_t k = 0; k < hk.size(); ++k) {  // kAutoCodecs: most bytes first
+    const RttWindow& wk = l.windows[k];
+    const bool fresh = wk.count > 0 && l.count - wk.last <= kRttFresh;
+    const double scaled = here * static_cast<double>(encoded_size(kAutoCodecs[k], n));
+    // A lighter codec measured once only, and slower than this one, queued behind the others'
+    // payloads on a shared link (as first exchanges do): fewer bytes are not slower on the
+    // link itself, so it may try again.
+    hk[k] = steps_for(!fresh                                  ? (retry && k < cur ? rtt : scaled)
+                      : k > cur && wk.count == 1 && wk.min() > rtt ? scaled
+                                                                  : wk.min());
+  }
+  // A fixed H: what fits in it; auto: within kCodecSlack of the least (round trips jitter by
+  // a few percent, and a link whose cost is its latency gains nothing from fewer bytes).
+  const double least = *std::min_element(hk.begin(), hk.end());
+  const double limit = cfg_.local_steps && static_cast<double>(cfg_.local_steps) >= least ? static_cast<double>(cfg_.local_steps)
+                                                                                          : least * kCodecSlack;
+  std::size_t pick = 0;
+  while (hk[pick] > limit) ++pick;
+  if (l.retrying) {  // this round trip was a retry's: did the heavier codec keep its place?
+    l.retry_gap = pick <= cur ? kRetryFirst : std::min(2 * l.retry_gap, kRetryMax);
+    l.retrying = false;
+    l.retry_at = l.count + l.retry_gap;
+  } else if (retry) {
+    l.retrying = pick < cur;
+    if (!l.retrying) l.retry_at = l.count + l.retry_gap;
+  }
+  l.codec = kAutoCodecs[pick];
+  l.chosen = true;
+  return hk[pick];
+}
+
+namespace {
+// Adds a round trip to a window; its `count` (the round trips it was counted among) is then
+// `count`. A window not added to in `fresh` of them, or borrowed, starts afresh.
+template <class Window>
+void add_round_trip(Window& w, std::uint64_t count, std::uint64_t fresh, double seconds) {
+  if (w.borrowed || (w.count > 0 && count - w.last > fresh)) w.count = 0;
+  w.borrowed = false;
+  w.rtt[w.count++ % w.rtt.size()] = seconds;
+  w.last = count;
+}
+}  // namespace
+
+// --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
+// number of steps whose compute is at least rtt / exchange_share, so that the link spends at
+// most that share of our compute time on our exchanges. rtt is the shortest of the last 4: the
+// link's own cost. The others also waited for a partner that was loading, evaluating or off
+// its core, which loads no link; taking them (an earlier version took the median of 8 and
+// let H at most double per exchange) spaced the quickstart's exchanges 50-130 steps apart on
+// loopback, and followed a link that slowed only after seconds. With codec auto, H is the
+// H of the codec that all our round trips choose (choose_codec).
+void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& peer) {
   if (!auto_timing()) return;
   const bool auto_codec = cfg_.codec == PayloadCodec::Auto;
   const std::size_t slot = auto_codec ? auto_codec_slot(codec) : 0;
-  RUMOR_CHECK(slot < rtt_windows_.size(), "a round trip in a codec that auto does not choose");
-  RttWindow& w = rtt_windows_[slot];
-  ++rtt_count_;
-  if (w.count > 0 && rtt_count_ - w.last > kRttFresh) w.count = 0;  // stale: start afresh
-  w.rtt[w.count++ % w.rtt.size()] = seconds;
-  w.last = rtt_count_;
-  if (!(step_ewma_ > 0)) return;
-  const double budget = cfg_.exchange_share * step_ewma_;
-  const auto steps_for = [&](double rtt) { return std::max(1.0, std::ceil(rtt / budget)); };
-  double h = steps_for(w.min());
+  RUMOR_CHECK(slot < all_links_.windows.size(), "a round trip in a codec that auto does not choose");
+  RttWindow& w = all_links_.windows[slot];
+  add_round_trip(w, ++all_links_.count, kRttFresh, seconds);
+  CodecLinks* link = nullptr;
   if (auto_codec) {
-    const std::size_t n = params_.size() / fragments_ + 1;  // a fragment's parameters: only the ratios count
-    const double here = w.min() / static_cast<double>(encoded_size(codec, n));
-    std::array<double, std::size(kAutoCodecs)> hk{};
-    for (std::size_t k = 0; k < hk.size(); ++k) {
-      const RttWindow& wk = rtt_windows_[k];
-      const bool fresh = wk.count > 0 && rtt_count_ - wk.last <= kRttFresh;
-      hk[k] = steps_for(fresh ? wk.min() : here * static_cast<double>(encoded_size(kAutoCodecs[k], n)));
+    auto it = partner_links_.find(peer);
+    if (it == partner_links_.end()) {
+      if (partner_links_.size() >= kPartnerLinks)
+        partner_links_.erase(std::min_element(partner_links_.begin(), partner_links_.end(),
+                                              [](const auto& x, const auto& y) { return x.second.used < y.second.used; }));
+      it = partner_links_.emplace(peer, PartnerLink{}).first;
+      // Until a codec's first round trip with it, its window is borrowed from all our links
+      // (where fresh): a swarm of equal links probes nothing more per partner.
+      for (std::size_t k = 0; k < all_links_.windows.size(); ++k) {
+        const RttWindow& all = all_links_.windows[k];
+        if (all.count == 0 || all_links_.count - all.last > kRttFresh) continue;
+        RttWindow& mine = it->second.links.windows[k];
+        mine = all;
+        mine.last = 0;
+        mine.borrowed = true;
+      }
     }
-    // A fixed H: what fits in it; auto: within kCodecSlack of the least (round trips jitter by
-    // a few percent, and a link whose cost is its latency gains nothing from fewer bytes).
-    const double least = *std::min_element(hk.begin(), hk.end());
-    const double limit = cfg_.local_steps && static_cast<double>(cfg_.local_steps) >= least ? static_cast<double>(cfg_.local_steps)
-                                                                                            : least * kCodecSlack;
-    std::size_t pick = 0;
-    while (hk[pick] > limit) ++pick;
-    auto_codec_ = kAutoCodecs[pick];
-    h = hk[pick];
+    it->second.used = all_links_.count;
+    link = &it->second.links;
+    add_round_trip(link->windows[slot], ++link->count, kRttFresh, seconds);
+  }
+  if (!(step_seconds() > 0)) return;
+  const double budget = cfg_.exchange_share * step_seconds();
+  double h = std::max(1.0, std::ceil(w.min() / budget));
+  if (auto_codec) {
+    h = choose_codec(all_links_, codec, budget);
+    choose_codec(*link, codec, budget);
   }
   if (cfg_.local_steps) return;
   // Until the window is full, H grows at most 8-fold per round trip: the first ones come while the
@@ -173,8 +239,15 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec) {
   // such is no measure of the link. Unchecked, one 95 ms round trip at the start on a testbed
   // machine capped at 0.3 of a core set H = 716, and the next exchange never came in a 705-step
   // run (bench/HISTORY.md "The race of --local-steps auto").
-  if (rtt_count_ < 4) h = std::min(h, 8.0 * static_cast<double>(auto_local_steps_));
+  if (all_links_.count < 4) h = std::min(h, 8.0 * static_cast<double>(auto_local_steps_));
   auto_local_steps_ = static_cast<std::uint64_t>(std::clamp(h, 1.0, static_cast<double>(GossipConfig::kAutoMaxLocalSteps)));
+}
+
+PayloadCodec Gossip::codec_for(const PeerId& peer) const {
+  if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
+  if (settling_codec()) return PayloadCodec::None;
+  const auto it = partner_links_.find(peer);
+  return it != partner_links_.end() && it->second.links.chosen ? it->second.links.codec : all_links_.codec;
 }
 
 bool Gossip::useful(const Member& m) const {
@@ -287,7 +360,7 @@ bool Gossip::start_exchange(Partners partners) {
   const PeerId peer = candidates[env_.rng().below(candidates.size())];
   Outstanding o{next_exchange_id_++, peer, {}, my_weight(), now, {}};
   o.fragment = static_cast<std::uint32_t>(fragment_turn_++ % fragments_);
-  o.codec = codec_now();
+  o.codec = last_codec_ = codec_for(peer);
   ExchangeMsg h = our_exchange_header(o.id, o.weight, o.fragment, o.codec);
   if (cfg_.codec == PayloadCodec::Int4) {
     // Streamed, x_s as the residual against our references, or absolute int8 if we hold none

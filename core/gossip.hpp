@@ -76,8 +76,8 @@ enum class ViewMode { Full, Partial, Auto };
 struct GossipConfig {
   std::uint64_t local_steps = 0;     // H: exchange every H local steps; 0 (the default): auto (local_steps_now())
   // local_steps = 0 (auto): H is chosen so that an exchange's round trip is at most this
-  // share of the compute time between two exchanges (H step times), from an EWMA of the step
-  // time and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.
+  // share of the compute time between two exchanges (H step times), from the wall time per step
+  // over the last few seconds (pauses left out) and the shortest of the last 4 round trips, within 1..kAutoMaxLocalSteps.
   // codec = Auto: each exchange we start goes in the lightest codec of kAutoCodecs whose round
   // trip needs at most kCodecSlack times the fewest steps between exchanges by that rule; a
   // fixed H takes the lightest whose round trip fits in this share of H steps.
@@ -273,13 +273,19 @@ class Gossip {
   // H now: cfg.local_steps, or with local_steps = 0 (auto) the measured choice
   // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
   std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
-  // The codec of the next exchange we start: cfg.codec, or with codec = Auto the measured
-  // choice (none until round trips say otherwise), and none while settling: training done, or
-  // a pause (the Python module's serve(), which settles with outer steps paused).
+  // The codec in use (the eval lines' `codec`): cfg.codec, or with codec = Auto the codec of
+  // the last exchange we started (before any, none), and none while settling: training done,
+  // or a pause (the Python module's serve(), which settles with outer steps paused).
   PayloadCodec codec_now() const {
     if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
-    return done() || outer_paused_ ? PayloadCodec::None : auto_codec_;
+    return settling_codec() ? PayloadCodec::None : last_codec_;
   }
+  // The codec of the next exchange we start with `peer`: cfg.codec, or with codec = Auto the
+  // choice from our round trips with that peer (a link is as slow as its slower end: one peer
+  // on a home connection must not make the others compress to each other, nor they send it
+  // float32), or where we have timed none with it, the choice from all our round trips; none
+  // while settling.
+  PayloadCodec codec_for(const PeerId& peer) const;
   // The swarm's samples as far as we know: ours and every member's we have heard of
   // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.
   std::uint64_t swarm_samples() const { return samples_ + view_.others_samples(); }
@@ -542,7 +548,7 @@ class Gossip {
   std::uint64_t clock_ = 0, samples_ = 0;
   std::uint64_t model_version_ = 0;
   std::uint64_t steps_since_exchange_ = 0;
-  // --local-steps auto and --codec auto: an EWMA of the time between steps, and our last
+  // --local-steps auto and --codec auto: the time per step (step_seconds()), and our last
   // exchanges' round trips (their minimum, the link's own cost: one that waited out a
   // partner's evaluation or loading does not set H). With codec auto, one window per codec of
   // kAutoCodecs; a window not added to in kRttFresh round trips is stale (the link may have
@@ -551,21 +557,55 @@ class Gossip {
   struct RttWindow {
     std::array<double, 4> rtt{};
     std::uint64_t count = 0;  // round trips it holds, up to 4
-    std::uint64_t last = 0;   // rtt_count_ when it was last added to
+    std::uint64_t last = 0;   // its CodecLinks::count when it was last added to
+    bool borrowed = false;    // a partner's, copied from all_links_ (replaced by its first own)
     double min() const;
   };
   static constexpr std::uint64_t kRttFresh = 16;
-  // Codec auto takes the lightest codec whose H is at most this times the least codec's.
+  using RttWindows = std::array<RttWindow, std::size(kAutoCodecs)>;
+  // Our round trips over one set of links (all of ours, or those with one partner), by codec
+  // with codec auto (window 0 takes them all with a fixed codec), and the codec they choose.
+  // The codecs with more bytes than the current one are tried again, as if the link's cost
+  // were its latency, once `retry_at` round trips are counted (choose_codec): a first round
+  // trip that waited on a busy partner, or a link that got faster, is found out. Each retry
+  // that finds the heavier codec no better doubles the gap to the next (kRetryFirst to
+  // kRetryMax), so a slow link pays a float32 round trip rarely.
+  static constexpr std::uint64_t kRetryFirst = 64, kRetryMax = 1024;
+  struct CodecLinks {
+    RttWindows windows{};
+    std::uint64_t count = 0;  // round trips added
+    std::uint64_t retry_at = kRetryFirst, retry_gap = kRetryFirst;
+    bool retrying = false;  // a retry chose the codec of the next round trip
+    bool chosen = false;    // codec is a choice (it takes a timed step as well)
+    PayloadCodec codec = PayloadCodec::None;
+  };
+  // Codec auto, per partner (a link is as slow as its slower end): at most kPartnerLinks of
+  // them, the least recently timed dropped first (a partial view's partners come and go).
+  struct PartnerLink {
+    CodecLinks links;
+    std::uint64_t used = 0;  // all_links_.count at our last round trip with it
+  };
+  static constexpr std::size_t kPartnerLinks = 64;
+  std::map<PeerId, PartnerLink> partner_links_;
+  // Codec auto: the lightest codec whose H is at most this times the least codec's.
   static constexpr double kCodecSlack = 1.25;
-  double last_step_at_ = -1, step_ewma_ = 0;
-  std::array<RttWindow, 3> rtt_windows_{};
-  std::uint64_t rtt_count_ = 0;
+  // The time per step: sums of the gaps between steps, and of the steps, each decayed by
+  // exp(-gap / kStepTau) (a mean over about the last kStepTau seconds, whatever the pace).
+  static constexpr double kStepTau = 2.0, kPauseGap = 0.25;
+  double last_step_at_ = -1, step_time_sum_ = 0, step_count_sum_ = 0;
+  double step_seconds() const { return step_count_sum_ > 0 ? step_time_sum_ / step_count_sum_ : 0; }
+  CodecLinks all_links_;  // all our round trips: H, and the codec for a partner not yet timed
   bool outer_paused_ = false;  // pause_outer
   std::uint64_t auto_local_steps_ = 1;
-  PayloadCodec auto_codec_ = PayloadCodec::None;
+  PayloadCodec last_codec_ = PayloadCodec::None;  // of the last exchange we started
   bool auto_timing() const { return !cfg_.local_steps || cfg_.codec == PayloadCodec::Auto; }
-  // An exchange of ours in `codec` took `seconds` from request to mix: H and the codec again.
-  void note_round_trip(double seconds, PayloadCodec codec);
+  bool settling_codec() const { return done() || outer_paused_; }
+  // An exchange of ours with `peer` in `codec` took `seconds` from request to mix: H and the
+  // codecs again.
+  void note_round_trip(double seconds, PayloadCodec codec, const PeerId& peer);
+  // Codec auto: `links`' choice once a round trip in `codec` was added to them (links.codec),
+  // and the H it needs with `budget` seconds of exchange per step.
+  double choose_codec(CodecLinks& links, PayloadCodec codec, double budget) const;
   // A request's codec is ours, or (codec auto) one of the codecs auto chooses from.
   bool accepts_codec(PayloadCodec c) const {
     return c == cfg_.codec || (cfg_.codec == PayloadCodec::Auto && auto_codec_choice(c));

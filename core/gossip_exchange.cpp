@@ -393,7 +393,7 @@ void Gossip::complete_exchange(std::size_t index) {
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
   e.codec = o.codec;
-  note_round_trip(e.seconds, o.codec);
+  note_round_trip(e.seconds, o.codec, from);
   env_.event(e);
 }
 

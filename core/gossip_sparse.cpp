@@ -81,7 +81,7 @@ void Gossip::sparse_finish(const PeerId& from, const Message& msg, const Exchang
   e.seconds = env_.now() - o.started;
   e.other = h.clock;
   e.codec = PayloadCodec::TopK;
-  note_round_trip(e.seconds, PayloadCodec::TopK);
+  note_round_trip(e.seconds, PayloadCodec::TopK, from);
   env_.event(e);
 }
 

@@ -95,7 +95,8 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
     case K::ExchangeDone:
       log_.debug("exchange with {} ({}): distance {:.4g}, rtt {:.1f} ms", e.peer, e.reason, e.distance, e.seconds * 1e3);
       metrics_.write("exchange", {{"peer", e.peer}, {"role", e.reason}, {"distance", e.distance},
-                                  {"rtt_s", e.seconds}, {"clock", e.clock}, {"peer_clock", e.other}});
+                                  {"rtt_s", e.seconds}, {"clock", e.clock}, {"peer_clock", e.other},
+                                  {"codec", codec_name(e.codec)}});
       break;
     case K::ExchangeFailed:
       // Unreachable: the transport has said so once already (net: ... is unreachable).

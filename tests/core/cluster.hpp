@@ -77,6 +77,9 @@ struct Cluster {
 
   // Called on a node's step before Gossip hears of it (training between exchanges).
   std::function<void(Node&)> local_step;
+  // The gap from a node's step to its next, when set (default: step_time): a CPU cap's
+  // throttled periods, a pause.
+  std::function<double(const Node&)> step_gap;
   // Called around every event a live node handles.
   std::function<void(Node&)> before_event, after_event;
 
@@ -116,7 +119,7 @@ struct Cluster {
         if (local_step) local_step(n);
         ++n.clock;
         n.g->on_step_done(n.clock, n.clock * 10);
-        push({now + step_time, 0, 0, e.peer, {}, nullptr});
+        push({now + (step_gap ? step_gap(n) : step_time), 0, 0, e.peer, {}, nullptr});
       } else if (e.kind == 1) {
         n.g->on_message(e.from, *e.msg);
       } else if (e.kind == 2) {

@@ -745,6 +745,37 @@ TEST_CASE("gossip: codec auto answers a request in its codec, and a fixed codec,
   }
 }
 
+TEST_CASE("gossip: local_steps = auto times a step by the wall time it takes, a CPU cap's throttled periods included, pauses not") {
+  // Two peers 3 ms apart: a round trip of 6 ms. H is the least number of steps whose time is at
+  // least rtt / exchange_share (30 ms). Steps of 1 ms: H = 30 (31: the round trip is a little
+  // over 6 ms). The same steps under a CPU cap of 0.3 of a core (30 in a row, then 71 ms
+  // throttled, as the testbed's cgroups do): 3.33 ms a step, H = 10. (A rule that dropped every
+  // gap of 20 steps took them for 1 ms steps: H = 31.)
+  const auto h_after = [](bool capped, bool pause) {
+    Cluster c;
+    c.cfg.local_steps = 0;
+    c.step_gap = [&](const Node& n) {
+      if (pause && n.clock == 1500) return 3.0;  // a pause (a Python script's serve())
+      return capped && n.clock % 30 == 0 ? 0.071 : 0.001;
+    };
+    c.add("p0", std::vector<float>(64, 1.0f), {}, 1);
+    c.add("p1", std::vector<float>(64, 2.0f), {"p0"}, 2);
+    c.run(capped ? 8.0 : 3.0);
+    return std::pair{c.nodes.at("p0")->g->local_steps_now(), c.nodes.at("p1")->g->local_steps_now()};
+  };
+  const auto steady = h_after(false, false), capped = h_after(true, false), paused = h_after(false, true);
+  INFO("H steady " << steady.first << "/" << steady.second << ", capped " << capped.first << "/" << capped.second
+                   << ", after a pause " << paused.first << "/" << paused.second);
+  for (auto h : {steady.first, steady.second, paused.first, paused.second}) {  // (the 3 s gap is not a step)
+    CHECK(h >= 30);
+    CHECK(h <= 32);
+  }
+  for (auto h : {capped.first, capped.second}) {
+    CHECK(h >= 9);
+    CHECK(h <= 11);
+  }
+}
+
 TEST_CASE("gossip: chunk headers that do not fit the model are refused as bad input and change nothing") {
   const std::size_t n = 200'000;
   struct Case {

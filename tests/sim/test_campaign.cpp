@@ -102,7 +102,7 @@ TEST_CASE("campaign: 500 seeds run clean, the faults fire, and int4, fragments a
   CHECK(r.failures == 0);
   CHECK(r.events > 100000);
   for (std::size_t k = 0; k < kFaultPoints; ++k) {
-    INFO(fault_name(static_cast<FaultPoint>(k)));
+    INFO(std::string(fault_name(static_cast<FaultPoint>(k))));
     CHECK(r.faults[k] > 0);
   }
   // Among them, runs with the 4-bit codec, with fragments, with outer momentum, and with
@@ -186,7 +186,7 @@ delay = 0.02
 duplicate = 0.02
 reorder = 0.02
 truncate = 0.01
-corrupt = 0.01
+corrupt = 0.05
 connect_fail = 0.02
 stall = 0.01
 crash_mid_exchange = 0.002
@@ -206,7 +206,7 @@ check = on
   CHECK(a.events_csv() == b.events_csv());
   CHECK(a.summary_json() == b.summary_json());
   for (std::size_t k = 0; k < kFaultPoints; ++k) {
-    INFO(fault_name(static_cast<FaultPoint>(k)));
+    INFO(std::string(fault_name(static_cast<FaultPoint>(k))));
     CHECK(a.fault_counts()[k] > 0);
   }
   CHECK(a.summary_json().find("\"crash_mid_exchange\"") != std::string::npos);
