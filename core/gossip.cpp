@@ -131,8 +131,8 @@ double Gossip::RttWindow::min() const {
 // --codec auto: the same H for each codec of kAutoCodecs, from its own window while that is
 // fresh, else from this exchange's codec's round trip scaled by the bytes (all of it taken as
 // the link's: hopeful for a codec with fewer bytes, which its first exchange then measures,
-// and wary of one with more, which is tried again only once the smaller one's window says
-// so). The lightest codec whose H is within kCodecSlack of the least goes next (the least
+// and wary of one with more, which is retried as if the link's cost were its latency every
+// kRetryFirst to kRetryMax round trips: CodecLinks). The lightest codec whose H is within kCodecSlack of the least goes next (the least
 // quantisation for about the same mixing). With a fixed H: the lightest whose H fits in it,
 // else as auto does. Chosen twice: from all our round trips (H, and the codec for a partner
 // not yet timed), and from those with this partner alone (the codec of our next exchange with
