@@ -73,7 +73,13 @@ TEST_CASE("partial views: 64 peers with views of 6 join through one member, repa
   CHECK(detected >= 0);
   MESSAGE("the 3 killed peers were noticed within " << detected << " s");
   std::vector<std::size_t> evals_then(kPeers);
-  for (int i = 0; i < kPeers; ++i) evals_then[i] = metric_lines(s.metrics(i), "eval").size();
+  std::vector<double> acc_then;  // the survivors' last evaluations before the joiner starts
+  for (int i = 0; i < kPeers; ++i) {
+    const auto evals = metric_lines(s.metrics(i), "eval");
+    evals_then[i] = evals.size();
+    if (!killed.count(i) && !evals.empty()) acc_then.push_back(field(evals.back(), "test_acc"));
+  }
+  std::sort(acc_then.begin(), acc_then.end());
   // A late joiner, through a member that is not the first; it trains for 6 s.
   const auto jm = s.dir / "joiner.jsonl";
   std::vector<std::string> ja = flags(*killed.begin());  // a killed peer's shard
@@ -143,6 +149,15 @@ TEST_CASE("partial views: 64 peers with views of 6 join through one member, repa
   const auto je = metric_lines(jm, "eval");
   REQUIRE(!je.empty());
   CHECK(field(je.front(), "step") > 100);
-  CHECK(field(je.front(), "test_acc") > 0.5);
+  // Its first evaluation is of the swarm's model: about as good as the members' last ones before
+  // it started (they train on meanwhile), and twice a random model's 0.1. (An absolute 0.5 held
+  // while the swarm was past 0.7 by then. On 2026-12-07 this VM failed it with the code of
+  // days before too: the joiner's first was 0.41-0.48, the members' last 0.16-0.36.)
+  REQUIRE(!acc_then.empty());
+  const double median_then = acc_then[acc_then.size() / 2];
+  INFO("joiner's first accuracy " << field(je.front(), "test_acc") << "; the survivors' when it started: " << acc_then.front()
+                                  << " to " << acc_then.back() << ", median " << median_then);
+  CHECK(field(je.front(), "test_acc") > 0.2);
+  CHECK(field(je.front(), "test_acc") >= median_then - 0.05);
   CHECK(field(je.back(), "view_active") <= kActive);
 }
