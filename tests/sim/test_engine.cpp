@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/rng.hpp"
 #include "sim/event_queue.hpp"
@@ -678,22 +679,37 @@ TEST_CASE("gossip: local_steps = auto keeps an exchange within exchange_share of
 }
 
 namespace {
-// Initiated exchanges ending in [from, to), by the codec the events log gives them (codec auto);
-// with `clock`, only those of an initiator whose clock (local steps) was that.
-std::map<std::string, int> codecs_used(const Simulation& sim, double from, double to, long clock = -1) {
-  std::map<std::string, int> used;
+// The exchanges an initiator completed, as the events log of a codec-auto run gives them.
+struct Initiated {
+  double t;
+  std::string peer, other;
+  long clock;
+  std::string codec;
+};
+std::vector<Initiated> initiated(const Simulation& sim) {
+  std::vector<Initiated> out;
   std::istringstream in(sim.events_csv());
   for (std::string line; std::getline(in, line);) {
     const auto k = line.find(" codec=");
     if (line.find(",exchange,") == std::string::npos || line.find("initiator rtt=") == std::string::npos || k == std::string::npos)
       continue;
-    const double t = std::stod(line);
     std::istringstream fields(line);
-    std::string f;
-    for (int i = 0; i < 5; ++i) std::getline(fields, f, ',');  // time,peer,event,other,clock
-    if (clock >= 0 && std::stol(f) != clock) continue;
-    if (t >= from && t < to) ++used[line.substr(k + 7, line.find('"', k) - k - 7)];
+    std::string time, peer, event, other, clock;  // time,peer,event,other,clock
+    std::getline(fields, time, ',');
+    std::getline(fields, peer, ',');
+    std::getline(fields, event, ',');
+    std::getline(fields, other, ',');
+    std::getline(fields, clock, ',');
+    out.push_back({std::stod(time), peer, other, std::stol(clock), line.substr(k + 7, line.find('"', k) - k - 7)});
   }
+  return out;
+}
+// Initiated exchanges ending in [from, to), by codec; with `clock`, only those of an initiator
+// whose clock (local steps) was that.
+std::map<std::string, int> codecs_used(const Simulation& sim, double from, double to, long clock = -1) {
+  std::map<std::string, int> used;
+  for (const auto& e : initiated(sim))
+    if (e.t >= from && e.t < to && (clock < 0 || e.clock == clock)) ++used[e.codec];
   return used;
 }
 }  // namespace
@@ -769,21 +785,8 @@ namespace {
 // Initiated exchanges ending in [from, to) of a codec-auto run, by (initiator, partner, codec).
 std::map<std::tuple<std::string, std::string, std::string>, int> codecs_by_pair(const Simulation& sim, double from, double to) {
   std::map<std::tuple<std::string, std::string, std::string>, int> used;
-  std::istringstream in(sim.events_csv());
-  for (std::string line; std::getline(in, line);) {
-    const auto k = line.find(" codec=");
-    if (line.find(",exchange,") == std::string::npos || line.find("initiator rtt=") == std::string::npos || k == std::string::npos)
-      continue;
-    const double t = std::stod(line);
-    if (t < from || t >= to) continue;
-    std::istringstream fields(line);
-    std::string time, peer, event, other;
-    std::getline(fields, time, ',');
-    std::getline(fields, peer, ',');
-    std::getline(fields, event, ',');
-    std::getline(fields, other, ',');
-    ++used[{peer, other, line.substr(k + 7, line.find('"', k) - k - 7)}];
-  }
+  for (const auto& e : initiated(sim))
+    if (e.t >= from && e.t < to) ++used[{e.peer, e.other, e.codec}];
   return used;
 }
 }  // namespace
