@@ -128,6 +128,7 @@ PYBIND11_MODULE(_rumor, m) {
            py::arg("blob"))
       .def("received_extra_state", [](Node& n) { return py::bytes(n.received_extra_state()); })
       .def("report", &Node::report, py::arg("test_acc"), py::arg("loss"), py::arg("epoch"))
+      .def("model_copied", &Node::model_copied)
       .def("training_done", &Node::training_done)
       .def("stats", &Node::stats)
       .def("lr_scale", &Node::lr_scale)

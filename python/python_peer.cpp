@@ -104,9 +104,11 @@ struct Node::Entry {
   Node& n;
   std::unique_lock<std::mutex> lk;
   bool user_owns_after;
+  bool join_ready = false;  // a join() that succeeded: model_copied() may follow
   Entry(Node& node, bool owns_after) : n(node), lk(node.mu_), user_owns_after(owns_after) {}
   ~Entry() {
     n.user_owns_ = user_owns_after;
+    n.after_join_ = join_ready;
     if (n.rt_) n.returned_at_ = n.rt_->now();
   }
 };
@@ -201,6 +203,7 @@ JoinResult Node::join(double timeout_s) {
            rt_->last_rejection().find("fingerprint mismatch") != std::string::npos;
   };
   const bool ready = until_step(timeout_s, refused);
+  entry.join_ready = ready;
   if (ready) {
     r.status = "ready";
     r.step = rt_->loop().gossip().adopted_step().value_or(0);
@@ -214,6 +217,17 @@ JoinResult Node::join(double timeout_s) {
   shadow_current_ = true;
   maybe_written_ = false;
   return r;
+}
+
+void Node::model_copied() {
+  check_process();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!after_join_)
+    throw std::logic_error("model_copied() says that the model a successful join() brought was copied out of the "
+                           "buffer: call it right after join(), before the first begin_step()");
+  after_join_ = false;
+  user_owns_ = false;  // the responder answers for us until begin_step()
+  returned_at_ = rt_->now();
 }
 
 void Node::throw_not_ready(const char* what, double timeout_s) {

@@ -113,6 +113,12 @@ class Node final : public LoopModel {
   // Blocks until the loop is ready for the first step (joined, and a joiner holds the swarm's
   // model), at most timeout_s.
   JoinResult join(double timeout_s);
+  // After join(): the Python side has copied the model out of the buffer, so until the next
+  // begin_step() the responder may answer for us (a joiner's state transfer, exchanges: the
+  // mixes land in the buffer and reach the live parameters at begin_step(), as between steps).
+  // Without it a member that joined and then loaded its data for a while answered nobody, and
+  // a joiner through it timed out. std::logic_error unless join() was the last entry point.
+  void model_copied();
   // Before a local update: hands queued inputs to Gossip (the mid-step drain) and, if the loop
   // is not ready to step (still joining, or held back by staleness), waits for it up to
   // wait_timeout_s (WaitTimeout). True when the buffer changed since the last copy: the change
@@ -176,6 +182,7 @@ class Node final : public LoopModel {
   std::unique_ptr<std::thread> responder_;
   bool stop_responder_ = false;
   bool user_owns_ = true;  // the user's loop may write the buffer: the responder stays off
+  bool after_join_ = false;  // join() was the last entry point that touched the buffer
   double returned_at_ = 0; // env time the last entry point returned
   std::uint64_t background_drains_ = 0;  // drains by the responder that handed inputs over
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -146,21 +147,31 @@ ChildResult child_work(const CalibrationConfig& c, const Dataset& shard, const D
   const auto params = t.params();
   std::vector<float> live(params.begin(), params.end()), other(params.size(), 0.5f);
   volatile std::uint64_t sink = 0;
-  const auto t_ex = Clock::now();
-  const auto ex_end = t_ex + seconds(c.message_seconds);
-  std::size_t messages = 0;
-  for (; messages == 0 || Clock::now() < ex_end; ++messages) {
-    auto snap = encode_params(live);
-    Message m{MsgType::ExchangeRequest, {}, snap};
-    sink = sink + net::encode_frame_header(m)[24];
-    const Bytes& rx = *snap;
-    sink = sink + net::hash64(rx);
-    const std::span<const float> theirs(reinterpret_cast<const float*>(rx.data()), params.size());
-    sink = sink + all_finite(theirs);
-    sink = sink + static_cast<std::uint64_t>(relative_distance(live, theirs) * 1e6);
-    mix_into(live, theirs, other, 0.5);
+  // Timed in kWindows windows, the median window's time per message taken: a burst of other
+  // work on the shared host (another VM, a kernel thread) inflates one window, not the figure.
+  // With the mean over the whole time, one calibration of the ctest case measured 0.67 ms and
+  // the next, minutes later, 0.30 ms; their mean put the prediction 31% off (the test asks 30%).
+  constexpr int kWindows = 5;
+  std::array<double, kWindows> per_message{};
+  for (double& w : per_message) {
+    const auto t_ex = Clock::now();
+    const auto ex_end = t_ex + seconds(c.message_seconds / kWindows);
+    std::size_t messages = 0;
+    for (; messages == 0 || Clock::now() < ex_end; ++messages) {
+      auto snap = encode_params(live);
+      Message m{MsgType::ExchangeRequest, {}, snap};
+      sink = sink + net::encode_frame_header(m)[24];
+      const Bytes& rx = *snap;
+      sink = sink + net::hash64(rx);
+      const std::span<const float> theirs(reinterpret_cast<const float*>(rx.data()), params.size());
+      sink = sink + all_finite(theirs);
+      sink = sink + static_cast<std::uint64_t>(relative_distance(live, theirs) * 1e6);
+      mix_into(live, theirs, other, 0.5);
+    }
+    w = since(t_ex) / (2.0 * static_cast<double>(messages));
   }
-  r.exchange = since(t_ex) / (2.0 * static_cast<double>(messages));
+  std::nth_element(per_message.begin(), per_message.begin() + kWindows / 2, per_message.end());
+  r.exchange = per_message[kWindows / 2];
   barrier();
   const auto t_ev = Clock::now();
   for (int i = 0; i < 2; ++i) t.evaluate(test);

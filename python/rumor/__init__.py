@@ -308,6 +308,16 @@ class Peer:
         raise JoinTimeout(f"could not join through {', '.join(self._opts['join']) or '(nobody)'} within "
                           f"{timeout:.3g} s: {r['reason'] or 'no member answered'}")
 
+    def model_copied(self):
+        """Says that the model join() brought has been copied out of the buffer (into the live
+        parameters). From then until the first begin_step() the peer answers the swarm in the
+        background, as it does between steps: a joiner gets its model from us, and exchanges mix
+        into the buffer, their change returned by begin_step(). Without it the buffer stays
+        the caller's and the peer answers nobody until it steps (a member that joined and
+        then loads its data for a minute would make every joiner through it time out).
+        rumor.torch calls it itself. RuntimeError unless right after a successful join()."""
+        self._bound().model_copied()
+
     def begin_step(self):
         """Hands what arrived to the protocol (mixes land in the buffer). Returns the change the
         swarm made to the buffer since the last end_step() (a numpy float32 array to add to the

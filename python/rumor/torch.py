@@ -470,6 +470,7 @@ class _Sync:
     def join(self, timeout):
         step = self.peer.join(timeout)
         self.layout.copy_out()  # the swarm's model (or our own, if we are the first)
+        self.peer.model_copied()  # until the first step, the peer answers the swarm in the background
         self.joined = True
         return step
 

@@ -41,6 +41,7 @@ class RawPeer:
     def join(self, timeout=10):
         step = self.peer.join(timeout)
         self.live = self.flat.copy()
+        self.peer.model_copied()
         return step
 
     def step(self, update=None):
@@ -236,6 +237,37 @@ def test_serve_keeps_going_while_a_peer_is_behind_up_to_max_seconds():
     run_threads([run_a, run_b], 60)
     assert took[0] < 1.0, took
     assert 0.8 < took[1] < 10, took
+    a.peer.close(settle=False)
+    b.peer.close(settle=False)
+
+
+def test_a_member_that_joined_and_has_not_stepped_yet_hands_its_model_to_a_joiner():
+    """A script joins, then spends a while before its first step (loading its data): once it has
+    copied the model out (model_copied(), which rumor.torch calls itself), the peer answers in
+    the background, so a joiner through it is let in (the swarm has not trained: it keeps its
+    own initialisation) instead of timing out; and an exchange the joiner starts mixes into the
+    member's buffer, reaching its live parameters at its first begin_step(). Misplaced,
+    model_copied() is refused."""
+    n = 200
+    a = RawPeer(n, 71, wait_timeout=30)
+    assert a.join(10) == 0
+    b = RawPeer(n, 72, join=[a.address], wait_timeout=30)
+    t0 = time.monotonic()
+    assert b.join(10) == 0  # a is "loading": it has not stepped, and answers from the background
+    assert time.monotonic() - t0 < 5
+    for _ in range(6):
+        b.step(np.full(n, 0.01, dtype=np.float32))  # b trains; its exchanges mix into a's buffer
+        time.sleep(0.01)
+    deadline = time.monotonic() + 5
+    while a.peer.stats()["answered"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert a.peer.stats()["answered"] > 0, "the member answered no exchange before its first step"
+    moved = a.peer.begin_step()
+    assert moved is not None and np.abs(moved).max() > 0, "the mixes did not reach the first step"
+    with pytest.raises(RuntimeError, match="right after join"):
+        a.peer.model_copied()  # mid-step: the buffer is the script's until end_step()
+    a.flat[:] = a.live + moved
+    a.peer.end_step()
     a.peer.close(settle=False)
     b.peer.close(settle=False)
 

@@ -208,15 +208,23 @@ def test_gossip_optimizer_two_peers_train_and_agree():
     opts.append(rt.GossipOptimizer(torch.optim.Adam(models[1].parameters(), lr=0.01), peers[1], model=models[1],
                                    samples_per_step=32))
     x, y = data(20)
+    # Both start stepping once both have joined: a joiner takes the clock of the member it got the
+    # model from, and with a head start of more than TAU steps there, its last steps would wait on
+    # the first peer, whose thread ends after 121 steps of its own without closing (stepping up to
+    # the same clock, or close(), which says the peer is done, would free it).
+    joined = threading.Barrier(2, timeout=30)
+    starts = [None, None]
 
     def run(i):
-        opts[i].join(10)
+        starts[i] = opts[i].join(10)
+        joined.wait()
         first = train_steps(opts[i], models[i], 1, x, y)
         last = train_steps(opts[i], models[i], 120, x, y, 0.002)
         opts[i].serve(1.0)
         return first, last
 
     res = run_threads([lambda i=i: run(i) for i in range(2)], 60)
+    assert starts == [0, 0], starts
     for first, last in res:
         assert last < first * 0.8
     flat = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy() for m in models]
