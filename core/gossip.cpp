@@ -144,7 +144,7 @@ double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) co
   const std::size_t cur = auto_codec_slot(codec);
   const double rtt = l.windows[cur].min(), here = rtt / static_cast<double>(encoded_size(codec, n));
   const bool retry = l.count >= l.retry_at;
-  std::array<double, std::size(kAutoCodecs)> hk{};
+  std::array<double, std::size(kAutoCodecs)> est{}, hk{};  // round trip and H of each codec
   for (std::size_t k = 0; k < hk.size(); ++k) {  // kAutoCodecs: most bytes first
     const RttWindow& wk = l.windows[k];
     const bool fresh = wk.count > 0 && l.count - wk.last <= kRttFresh;
@@ -152,9 +152,10 @@ double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) co
     // A lighter codec measured once only, and slower than this one, queued behind the others'
     // payloads on a shared link (as first exchanges do): fewer bytes are not slower on the
     // link itself, so it may try again.
-    hk[k] = steps_for(!fresh                                  ? (retry && k < cur ? rtt : scaled)
-                      : k > cur && wk.count == 1 && wk.min() > rtt ? scaled
-                                                                  : wk.min());
+    est[k] = !fresh                                      ? (retry && k < cur ? rtt : scaled)
+             : k > cur && wk.count == 1 && wk.min() > rtt ? scaled
+                                                          : wk.min();
+    hk[k] = steps_for(est[k]);
   }
   // A fixed H: what fits in it; auto: within kCodecSlack of the least (round trips jitter by
   // a few percent, and a link whose cost is its latency gains nothing from fewer bytes).
@@ -172,6 +173,15 @@ double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) co
     if (!l.retrying) l.retry_at = l.count + l.retry_gap;
   }
   l.codec = kAutoCodecs[pick];
+  // Settling: the most exact codec whose round trip is within kSettleSlack of this one's. A
+  // link whose cost is latency or the partner's CPU settles in float32; one whose cost is its
+  // bytes keeps what it chose until the models are within kSettleExactDistance (codec_for), or
+  // the settle has no time for the exchanges that bring them together: on the testbed's S4,
+  // float32 settling over the 10 Mbit link took 3.9 s for 4 exchanges and left that peer at a
+  // distance of 0.15, 4 points below the others.
+  std::size_t settle = 0;
+  while (settle < pick && est[settle] > kSettleSlack * est[pick]) ++settle;
+  l.settle_codec = kAutoCodecs[settle];
   l.chosen = true;
   return hk[pick];
 }
@@ -245,9 +255,16 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
 
 PayloadCodec Gossip::codec_for(const PeerId& peer) const {
   if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
-  if (settling_codec()) return PayloadCodec::None;
   const auto it = partner_links_.find(peer);
-  return it != partner_links_.end() && it->second.links.chosen ? it->second.links.codec : all_links_.codec;
+  const CodecLinks& l = it != partner_links_.end() && it->second.links.chosen ? it->second.links : all_links_;
+  if (settling_codec()) {
+    // A link whose bytes are its cost settles in its compressed codec while the models are
+    // apart, then in float32 for the last, exact exchanges (CodecLinks::settle_codec).
+    const Member* m = view_.find(peer);
+    const bool apart = !m || !(m->ex_distance < kSettleExactDistance);
+    return l.chosen && apart ? l.settle_codec : PayloadCodec::None;
+  }
+  return l.codec;
 }
 
 bool Gossip::useful(const Member& m) const {

@@ -213,6 +213,10 @@ struct GossipStats {
   std::uint64_t state_served = 0;     // state transfers served (first chunk requests answered)
   std::uint64_t overlay_sent = 0;     // Overlay messages sent (partial views)
   std::uint64_t int4_absolute = 0;    // int4 exchanges (either role) that fell back to absolute int8
+  // Of `exchanges`, those completed while settling in a compressed codec (codec auto on a link
+  // whose bytes are its cost, the models still apart): settling counts the others only.
+  std::uint64_t settle_compressed = 0;
+  std::uint64_t exact_exchanges() const { return exchanges - settle_compressed; }
 };
 
 class Gossip {
@@ -274,17 +278,14 @@ class Gossip {
   // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
   std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
   // The codec in use (the eval lines' `codec`): cfg.codec, or with codec = Auto the codec of
-  // the last exchange we started (before any, none), and none while settling: training done,
-  // or a pause (the Python module's serve(), which settles with outer steps paused).
-  PayloadCodec codec_now() const {
-    if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
-    return settling_codec() ? PayloadCodec::None : last_codec_;
-  }
+  // the last exchange we started (before any, none).
+  PayloadCodec codec_now() const { return cfg_.codec != PayloadCodec::Auto ? cfg_.codec : last_codec_; }
   // The codec of the next exchange we start with `peer`: cfg.codec, or with codec = Auto the
   // choice from our round trips with that peer (a link is as slow as its slower end: one peer
   // on a home connection must not make the others compress to each other, nor they send it
-  // float32), or where we have timed none with it, the choice from all our round trips; none
-  // while settling.
+  // float32), or where we have timed none with it, the choice from all our round trips. While
+  // settling (training done, or a pause: the Python module's serve()) float32, unless the
+  // link's round trips grow with the bytes (CodecLinks::settle_codec).
   PayloadCodec codec_for(const PeerId& peer) const;
   // The swarm's samples as far as we know: ours and every member's we have heard of
   // (View::others_samples). The swarm-wide budget (LoopSettings::swarm_samples) stops on it.
@@ -578,6 +579,7 @@ class Gossip {
     bool retrying = false;  // a retry chose the codec of the next round trip
     bool chosen = false;    // codec is a choice (it takes a timed step as well)
     PayloadCodec codec = PayloadCodec::None;
+    PayloadCodec settle_codec = PayloadCodec::None;  // while settling (choose_codec)
   };
   // Codec auto, per partner (a link is as slow as its slower end): at most kPartnerLinks of
   // them, the least recently timed dropped first (a partial view's partners come and go).
@@ -589,6 +591,11 @@ class Gossip {
   std::map<PeerId, PartnerLink> partner_links_;
   // Codec auto: the lightest codec whose H is at most this times the least codec's.
   static constexpr double kCodecSlack = 1.25;
+  // Codec auto while settling: float32 unless its round trip is over this times the chosen one's.
+  static constexpr double kSettleSlack = 2.0;
+  // ... and once an exchange with the partner found the models this close (relative distance:
+  // about int8's quantisation error, below which only float32 brings them closer), float32.
+  static constexpr double kSettleExactDistance = 0.02;
   // The time per step: sums of the gaps between steps, and of the steps, each decayed by
   // exp(-gap / kStepTau) (a mean over about the last kStepTau seconds, whatever the pace).
   static constexpr double kStepTau = 2.0, kPauseGap = 0.25;

@@ -388,6 +388,7 @@ void Gossip::complete_exchange(std::size_t index) {
   if (cfg_.codec == PayloadCodec::Int4) int4_commit(from, h, o.snap.decoded, o.reply_decoded);
   mixed_with(from, h.clock, o.fragment);
   ++stats_.exchanges;
+  if (cfg_.codec == PayloadCodec::Auto && settling_codec() && o.codec != PayloadCodec::None) ++stats_.settle_compressed;
   ProtocolEvent e = ev(ProtocolEvent::Kind::ExchangeDone, from, "initiator");
   e.distance = stats_.last_distance;
   e.seconds = env_.now() - o.started;

@@ -63,8 +63,9 @@ const Knob kKnobs[] = {
     {"codec", "gossip", T::Choice, 0, 0, "none|fp16|int8|int4|topk|auto", "", kNet,
      "Parameter encoding on the wire (int4: 4-bit residuals against per-partner references, error feedback; "
      "topk: sparse residuals with error feedback; auto: none, fp16 or int8 per exchange, the one whose measured "
-     "round trip with that partner needs the fewest local steps between exchanges (--exchange-share), float32 "
-     "while settling; every peer must use auto)",
+     "round trip with that partner needs the fewest local steps between exchanges (--exchange-share); settling in "
+     "float32, or where the bytes are the link's cost, compressed until the models are within 0.02; every peer "
+     "must use auto)",
      kAll, RUMOR_FIELD(gossip.codec)},
     {"fragments", "gossip", T::Count, 1, 64, nullptr, "", kNet,
      "Cut the parameters into this many contiguous ranges and average one per exchange, in turn (Streaming "

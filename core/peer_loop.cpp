@@ -309,7 +309,7 @@ void PeerLoop::begin_settling(double settle_s, double settle_max_s) {
   settle_s_ = settle_s;
   settle_max_s_ = settle_max_s;
   settle_before_ = settle_seen_ = exchanges();
-  settle_initiated_ = gossip_.stats().exchanges;
+  settle_initiated_ = gossip_.stats().exact_exchanges();
   settle_close_ = 0;
   settle_interval_ = 0;
   settle_deadline_.begin(env_.now());
@@ -340,7 +340,9 @@ LoopAction PeerLoop::begin_leave() {
 // (settle_s, or settle_max_s while a live peer is behind our clock; settle_s again once the
 // last one caught up), nobody left, or settled (no live peer behind our clock, and
 // kSettledClose exchanges in a row with (numerically) the same model, or kSettledInitiated
-// started, since settling began or the last peer behind caught up, or no member left that an
+// initiated in float32 or the fixed codec (codec auto's compressed settling exchanges, on a link
+// whose bytes are its cost, do not count: GossipStats::settle_compressed), since settling
+// began or the last peer behind caught up, or no member left that an
 // exchange could change). The interval starts at the tick (settle_tick) and grows kSettleBackoff-fold after each
 // exchange started while a member is still training (its model is in theirs already; theirs
 // reaches ours at the end) or after one that found the models equal, up to
@@ -361,14 +363,14 @@ LoopAction PeerLoop::settle_next() {
     // The last member behind our clock has caught up, and its last steps are not in our model
     // yet: settling starts afresh from here (settle_s at most, the same tests), instead of
     // ending at once for having lasted settle_s already.
-    settle_initiated_ = gossip_.stats().exchanges;
+    settle_initiated_ = gossip_.stats().exact_exchanges();
     settle_close_ = 0;
     settle_interval_ = 0;
   }
   // With fragments an exchange sees 1/F of the model: F times as many in a row to call it settled.
   const std::uint64_t f = gossip_.fragments();
   const bool settled = !others_training && (static_cast<std::uint64_t>(settle_close_) >= LoopSettings::kSettledClose * f ||
-                                            gossip_.stats().exchanges - settle_initiated_ >= LoopSettings::kSettledInitiated * f ||
+                                            gossip_.stats().exact_exchanges() - settle_initiated_ >= LoopSettings::kSettledInitiated * f ||
                                             !gossip_.anyone_useful());
   const double end = settle_deadline_.end(settle_s_, settle_max_s_);
   // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it
