@@ -782,12 +782,9 @@ TEST_CASE("gossip: codec = auto compresses where the bytes are the cost, keeps f
   CHECK(settled_distance(short_none) > 5 * settled_distance(short_auto));
   // Given the time, the last exchanges are float32 (each peer's last one), and close the gap.
   CHECK(long_f32 >= 12);
-  for (const std::string peer : {"p0", "p1", "p2", "p3"}) {
-    std::string last;
-    for (const auto& e : initiated(long_auto))
-      if (e.peer == peer) last = e.codec;
-    CHECK_MESSAGE(last == "none", peer << "'s last exchange went " << last);
-  }
+  std::map<std::string, std::string> last;  // each initiator's last codec
+  for (const auto& e : initiated(long_auto)) last[e.peer] = e.codec;
+  for (const char* peer : {"p0", "p1", "p2", "p3"}) CHECK_MESSAGE(last[peer] == "none", peer << "'s last exchange went " << last[peer]);
   CHECK(settled_distance(long_auto) < 0.5 * settled_distance(short_auto));
   // A Python script's settling is a pause (serve() after its last step, the peer not marked
   // done): the same.
