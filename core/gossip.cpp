@@ -134,8 +134,8 @@ double Gossip::RttWindow::min() const {
 // and wary of one with more, which is retried as if the link's cost were its latency every
 // kRetryFirst to kRetryMax round trips: CodecLinks). The lightest codec whose H is within kCodecSlack of the least goes next (the least
 // quantisation for about the same mixing). With a fixed H: the lightest whose H fits in it,
-// else as auto does. Chosen twice: from all our round trips (H, and the codec for a partner
-// not yet timed), and from those with this partner alone (the codec of our next exchange with
+// else as auto does. Chosen twice: from all our round trips (H, and the windows a new partner
+// borrows), and from those with this partner alone (the codec of our next exchange with
 // it): on S4 of the testbed, three peers on 1 Gbit chose float32 from all theirs, and sent
 // float32 to the fourth on 10 Mbit as well (docs/testbed.md "`--codec auto`").
 double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) const {
@@ -165,11 +165,17 @@ double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) co
   std::size_t pick = 0;
   while (hk[pick] > limit) ++pick;
   if (l.retrying) {  // this round trip was a retry's: did the heavier codec keep its place?
-    l.retry_gap = pick <= cur ? kRetryFirst : std::min(2 * l.retry_gap, kRetryMax);
+    // If not, back to the codec before the retry: a codec between the two is not tried on a
+    // hopeful estimate (its bytes scaled from the heavier one), which early round trips that
+    // queued behind the others' first exchanges make look as good as the lighter one.
+    const bool kept = pick <= cur;
+    if (!kept) pick = std::max<std::size_t>(pick, l.retry_from);
+    l.retry_gap = kept ? kRetryFirst : std::min(2 * l.retry_gap, kRetryMax);
     l.retrying = false;
     l.retry_at = l.count + l.retry_gap;
   } else if (retry) {
     l.retrying = pick < cur;
+    l.retry_from = static_cast<std::uint8_t>(cur);
     if (!l.retrying) l.retry_at = l.count + l.retry_gap;
   }
   l.codec = kAutoCodecs[pick];
@@ -198,6 +204,47 @@ void add_round_trip(Window& w, std::uint64_t count, std::uint64_t fresh, double 
 }
 }  // namespace
 
+// Codec auto: a partner's link takes the round trips of all our links (all_links_) in the codecs
+// it has not timed itself while fresh, as borrowed windows (its own first round trip in a codec
+// replaces them). Where one of them is heavier than the lightest codec, the heavier codecs are
+// timed already, and are not retried before kRetryFirst.
+void Gossip::borrow_links(CodecLinks& mine) const {
+  for (std::size_t k = 0; k < all_links_.windows.size(); ++k) {
+    const RttWindow& all = all_links_.windows[k];
+    RttWindow& w = mine.windows[k];
+    const bool own_fresh = w.count > 0 && !w.borrowed && mine.count - w.last <= kRttFresh;
+    if (own_fresh || all.count == 0 || all_links_.count - all.last > kRttFresh) continue;
+    w = all;
+    w.last = mine.count;
+    w.borrowed = true;
+    if (k + 1 < all_links_.windows.size()) mine.retry_at = std::max(mine.retry_at, mine.count + kRetryFirst);
+  }
+}
+
+// Codec auto: a partner's link borrowed our other links' round trips (note_round_trip), and its
+// own first round trip in kAutoCodecs[slot] took `seconds`. A link is as slow as its slower
+// end: where the partner's end is the slower (its round trip over kCodecSlack times what a
+// codec of as many bytes or more took on our other links) or the faster (under 1/kCodecSlack
+// of a codec of as few bytes or fewer), what was borrowed says nothing of this link, and is
+// dropped. On the testbed's S4, the fast peers' links borrowed float32's few milliseconds,
+// and their first exchanges with the peer on 10 Mbit went float32 (docs/testbed.md).
+void Gossip::forget_other_links(CodecLinks& l, std::size_t slot, double seconds) const {
+  bool slower = false, faster = false;
+  for (std::size_t k = 0; k < l.windows.size(); ++k) {
+    const RttWindow& w = l.windows[k];
+    if (!w.borrowed || w.count == 0) continue;
+    slower = slower || (k <= slot && seconds > kCodecSlack * w.min());  // k <= slot: as many bytes or more
+    faster = faster || (k >= slot && seconds * kCodecSlack < w.min());
+  }
+  if (!slower && !faster) return;
+  for (RttWindow& w : l.windows)
+    if (w.borrowed) w = RttWindow{};
+  // Faster than our other links: the heavier codecs may fit it, and are tried soon. Slower:
+  // its bytes are likely its cost, and a heavier codec waits for the usual retry.
+  l.retry_at = faster ? std::min(l.retry_at, l.count + kRetryNew) : std::max(l.retry_at, l.count + kRetryFirst);
+  l.probe_new = false;
+}
+
 // --local-steps auto: an exchange of ours took `seconds` from request to mix. H is the least
 // number of steps whose compute is at least rtt / exchange_share, so that the link spends at
 // most that share of our compute time on our exchanges. rtt is the shortest of the last 4: the
@@ -211,8 +258,6 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
   const bool auto_codec = cfg_.codec == PayloadCodec::Auto;
   const std::size_t slot = auto_codec ? auto_codec_slot(codec) : 0;
   RUMOR_CHECK(slot < all_links_.windows.size(), "a round trip in a codec that auto does not choose");
-  RttWindow& w = all_links_.windows[slot];
-  add_round_trip(w, ++all_links_.count, kRttFresh, seconds);
   CodecLinks* link = nullptr;
   if (auto_codec) {
     auto it = partner_links_.find(peer);
@@ -222,20 +267,39 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
                                               [](const auto& x, const auto& y) { return x.second.used < y.second.used; }));
       it = partner_links_.emplace(peer, PartnerLink{}).first;
       // Until a codec's first round trip with it, its window is borrowed from all our links
-      // (where fresh): a swarm of equal links probes nothing more per partner.
-      for (std::size_t k = 0; k < all_links_.windows.size(); ++k) {
-        const RttWindow& all = all_links_.windows[k];
-        if (all.count == 0 || all_links_.count - all.last > kRttFresh) continue;
-        RttWindow& mine = it->second.links.windows[k];
-        mine = all;
-        mine.last = 0;
-        mine.borrowed = true;
+      // (where fresh): a swarm of equal links probes nothing more per partner. With nothing
+      // but the lightest codec to borrow, the heavier ones are tried soon (kRetryNew).
+      CodecLinks& mine = it->second.links;
+      mine.probe_new = true;
+      borrow_links(mine);
+    }
+    it->second.used = all_links_.count + 1;
+    link = &it->second.links;
+    forget_other_links(*link, slot, seconds);
+    add_round_trip(link->windows[slot], ++link->count, kRttFresh, seconds);
+    // A new link's heavier codecs: where its round trips in this codec are as our other
+    // links' (within kCodecSlack) and those have timed a heavier codec, it borrows them; else,
+    // once we have kRetryNew round trips in all, it tries one (a retry, choose_codec), and the
+    // next new link waits kRttFresh round trips of ours for that to be timed. So in a swarm
+    // of equal links one link per peer pays a heavier round trip, not each, and a swarm whose
+    // links' cost is their latency goes float32 after a few exchanges, however rare.
+    if (link->probe_new) {
+      const RttWindow& all = all_links_.windows[slot];
+      bool heavier = false;
+      for (std::size_t k = 0; k + 1 < all_links_.windows.size(); ++k)
+        heavier = heavier || (all_links_.windows[k].count > 0 && all_links_.count - all_links_.windows[k].last <= kRttFresh);
+      if (heavier && all.count > 0 && link->windows[slot].min() <= kCodecSlack * all.min()) {
+        borrow_links(*link);
+        link->probe_new = false;
+      } else if (all_links_.count + 1 >= new_link_probe_at_) {
+        link->retry_at = link->count;
+        link->probe_new = false;
+        new_link_probe_at_ = all_links_.count + 1 + kRttFresh;
       }
     }
-    it->second.used = all_links_.count;
-    link = &it->second.links;
-    add_round_trip(link->windows[slot], ++link->count, kRttFresh, seconds);
   }
+  RttWindow& w = all_links_.windows[slot];
+  add_round_trip(w, ++all_links_.count, kRttFresh, seconds);
   if (!(step_seconds() > 0)) return;
   const double budget = cfg_.exchange_share * step_seconds();
   double h = std::max(1.0, std::ceil(w.min() / budget));
@@ -256,15 +320,20 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
 PayloadCodec Gossip::codec_for(const PeerId& peer) const {
   if (cfg_.codec != PayloadCodec::Auto) return cfg_.codec;
   const auto it = partner_links_.find(peer);
-  const CodecLinks& l = it != partner_links_.end() && it->second.links.chosen ? it->second.links : all_links_;
+  const bool timed = it != partner_links_.end() && it->second.links.chosen;
   if (settling_codec()) {
     // A link whose bytes are its cost settles in its compressed codec while the models are
-    // apart, then in float32 for the last, exact exchanges (CodecLinks::settle_codec).
+    // apart, then in float32 for the last, exact exchanges (CodecLinks::settle_codec). A
+    // partner not timed yet: the lightest codec while apart (as below).
     const Member* m = view_.find(peer);
     const bool apart = !m || !(m->ex_distance < kSettleExactDistance);
-    return l.chosen && apart ? l.settle_codec : PayloadCodec::None;
+    if (!apart) return PayloadCodec::None;
+    return timed ? it->second.links.settle_codec : kAutoCodecs[std::size(kAutoCodecs) - 1];
   }
-  return l.codec;
+  // A partner not timed yet gets the lightest codec, whatever our other links chose: its
+  // first round trip costs little on any link, and tells this link from ours
+  // (forget_other_links).
+  return timed ? it->second.links.codec : kAutoCodecs[std::size(kAutoCodecs) - 1];
 }
 
 bool Gossip::useful(const Member& m) const {

@@ -570,13 +570,18 @@ class Gossip {
   // were its latency, once `retry_at` round trips are counted (choose_codec): a first round
   // trip that waited on a busy partner, or a link that got faster, is found out. Each retry
   // that finds the heavier codec no better doubles the gap to the next (kRetryFirst to
-  // kRetryMax), so a slow link pays a float32 round trip rarely.
-  static constexpr std::uint64_t kRetryFirst = 64, kRetryMax = 1024;
+  // kRetryMax), so a slow link pays a float32 round trip rarely. A link first timed with
+  // nothing to borrow (note_round_trip), or found faster than the links it borrowed from, is
+  // retried after kRetryNew round trips: it started in the lightest codec (codec_for), and a
+  // link whose cost is its latency goes float32 after a few exchanges, not 64.
+  static constexpr std::uint64_t kRetryFirst = 64, kRetryMax = 1024, kRetryNew = 2;
   struct CodecLinks {
     RttWindows windows{};
     std::uint64_t count = 0;  // round trips added
     std::uint64_t retry_at = kRetryFirst, retry_gap = kRetryFirst;
     bool retrying = false;  // a retry chose the codec of the next round trip
+    std::uint8_t retry_from = 0;  // the retry's slot before it (kAutoCodecs)
+    bool probe_new = false; // its first retry (kRetryNew) is still to come (note_round_trip)
     bool chosen = false;    // codec is a choice (it takes a timed step as well)
     PayloadCodec codec = PayloadCodec::None;
     PayloadCodec settle_codec = PayloadCodec::None;  // while settling (choose_codec)
@@ -601,7 +606,8 @@ class Gossip {
   static constexpr double kStepTau = 2.0, kPauseGap = 0.25;
   double last_step_at_ = -1, step_time_sum_ = 0, step_count_sum_ = 0;
   double step_seconds() const { return step_count_sum_ > 0 ? step_time_sum_ / step_count_sum_ : 0; }
-  CodecLinks all_links_;  // all our round trips: H, and the codec for a partner not yet timed
+  CodecLinks all_links_;  // all our round trips: H, and the windows a new partner borrows (borrow_links)
+  std::uint64_t new_link_probe_at_ = kRetryNew;  // all_links_.count of a new link's next probe
   bool outer_paused_ = false;  // pause_outer
   std::uint64_t auto_local_steps_ = 1;
   PayloadCodec last_codec_ = PayloadCodec::None;  // of the last exchange we started
@@ -613,6 +619,8 @@ class Gossip {
   // Codec auto: `links`' choice once a round trip in `codec` was added to them (links.codec),
   // and the H it needs with `budget` seconds of exchange per step.
   double choose_codec(CodecLinks& links, PayloadCodec codec, double budget) const;
+  void forget_other_links(CodecLinks& links, std::size_t slot, double seconds) const;
+  void borrow_links(CodecLinks& links) const;
   // A request's codec is ours, or (codec auto) one of the codecs auto chooses from.
   bool accepts_codec(PayloadCodec c) const {
     return c == cfg_.codec || (cfg_.codec == PayloadCodec::Auto && auto_codec_choice(c));
