@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <xmmintrin.h>
 #include "core/model.hpp"
 #include "core/optimizer.hpp"
 #include "core/trainer.hpp"
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
                "cpu_identity"};
   app.add_option("OUT", out, "the file to write (truncated)")->required();
   CLI11_PARSE(app, argc, argv);
+  // Subnormals flushed to zero for the whole run, on both sides: since 2026-12-07 the Trainer
+  // sets FTZ and DAZ itself while it computes (core/fpmode.hpp), and a base without that must
+  // run in the same mode for "the same math" to mean the same bytes.
+  _mm_setcsr(_mm_getcsr() | 0x8040);
   FILE* f = fopen(out.c_str(), "wb");
   if (!f) {
     std::perror(out.c_str());

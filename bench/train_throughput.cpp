@@ -82,6 +82,7 @@ struct Args {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string model = "mlp:256,128";
   bool breakdown = true;
+  int drift = 2100;  // steps of a fresh trainer whose first and last thirds are compared (0: off)
   std::string only;  // "", "rumor" or "ceiling": run one side only (for profilers)
 };
 
@@ -193,6 +194,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", args.model, "model spec (rumor-peer --model)")->capture_default_str();
   app.add_flag_function(
       "--no-breakdown", [&](std::int64_t) { args.breakdown = false; }, "skip the timing of the parts of a step");
+  app.add_option("--drift", args.drift,
+                 "steps of a fresh trainer whose first and last thirds' CPU per step are compared (0: off); "
+                 "subnormal floats once made the last third of 2,100 steps twice as slow")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--only", args.only, "run one side only (for profilers; no breakdown)")
       ->check(CLI::IsMember({"rumor", "ceiling"}));
   CLI11_PARSE(app, argc, argv);
@@ -424,6 +430,27 @@ int main(int argc, char** argv) {
     line("us_non_gemm_hot", "  minus ceiling: the model's own non-GEMM work", lgh - cf - cb);
   }
 
+  // Does a step cost the same late in training as early? A fresh trainer (the same config),
+  // CPU time per step over the first and the last third of --drift steps. Before the trainer
+  // flushed subnormal floats to zero (core/fpmode.hpp) the MLP's last third of 2,100 steps
+  // took about twice the first's (0.73 ms against 1.5-1.75 ms on the 2-core VM, 2026-12-07).
+  double drift = 0;
+  if (args.drift >= 3 && run_rumor) {
+    rumor::Trainer fresh(tc, shard, shard->dim, outputs);
+    const int third = args.drift / 3;
+    double early = 0, late = 0;
+    for (int i = 0; i < 3 * third; ++i) {
+      const double c0 = cpu_now();
+      sink += fresh.step();
+      const double dc = cpu_now() - c0;
+      if (i < third) early += dc;
+      if (i >= 2 * third) late += dc;
+    }
+    drift = late / early;
+    fmt::print("# drift: a fresh trainer's steps 0-{} at {:.3f} ms of CPU each, steps {}-{} at {:.3f} ms\n", third - 1,
+               1e3 * early / third, 2 * third, 3 * third - 1, 1e3 * late / third);
+  }
+
   const double rm = median(rumor_sps), cm = median(ceil_sps), ratio = median(ratios);
   fmt::print("# results (medians of {} interleaved repetitions)\n", args.reps);
   if (run_rumor) fmt::print("rumor_samples_per_s {:.1f}\n", rm);
@@ -441,6 +468,7 @@ int main(int argc, char** argv) {
   const double gflop_per_sample = ceiling.flops() / static_cast<double>(args.batch) * 1e-9;
   if (run_rumor && dense) fmt::print("rumor_gemm_gflops {:.1f}\n", rm * gflop_per_sample);
   if (run_ceiling) fmt::print("ceiling_gemm_gflops {:.1f}\n", cm * gflop_per_sample);
+  if (drift > 0) fmt::print("late_over_early_step {:.3f}\n", drift);
   fmt::print("param_count {}\n", trainer.model().param_count());
   fmt::print("bench_max_rss_kib {}\n", max_rss_kib());
   if (!ratios.empty())

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/check.hpp"
+#include "core/fpmode.hpp"
 
 namespace rumor {
 
@@ -70,6 +71,7 @@ double Trainer::compute_gradient() {
   const auto idx = order_.next();
   batch_rows_ = idx.size();
   if (host_) {
+    const FlushDenormals ftz;  // core/fpmode.hpp: a subnormal costs a microcode assist
     gather_batch(*shard_, idx, bx_, by_, bt_);
     const double loss = model_->loss_and_grad(params_, bx_.data(), idx.size(), by_.empty() ? nullptr : by_.data(),
                                               bt_.empty() ? nullptr : bt_.data(), grad_);
@@ -109,6 +111,7 @@ std::span<float> Trainer::gradient() {
 void Trainer::apply_gradient() {
   const double lr = current_lr();
   if (host_) {
+    const FlushDenormals ftz;
     opt_->step(params_, grad_, lr);
   } else {
     sync_to_device();
@@ -121,7 +124,10 @@ void Trainer::apply_gradient() {
 }
 
 EvalResult Trainer::evaluate(const Dataset& d) {
-  if (host_) return model_->evaluate(params_, d);
+  if (host_) {
+    const FlushDenormals ftz;
+    return model_->evaluate(params_, d);
+  }
   sync_to_device();
   return model_->evaluate_on_backend(dparams_.data(), d);
 }

@@ -84,7 +84,9 @@ class Transport {
   // Closes everything and joins the I/O thread. Queued messages may be dropped; call flush()
   // first to give them a chance.
   void stop();
-  // Waits up to timeout_s for all write queues to drain. Returns true if they did.
+  // Waits up to timeout_s for all write queues to drain and their bytes to be acknowledged by
+  // the peers (the kernel's send queues empty: closing a socket with bytes still in it may
+  // reset the connection and drop them). Returns true if both happened.
   bool flush(double timeout_s);
 
   // "host:port" we listen on (the port the OS chose when listen_port was 0). This is our

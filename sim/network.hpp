@@ -12,9 +12,10 @@
 //   - a class's `bandwidth_change` lines change its NIC's rate at set times: a message being
 //     serialised across a change moves at each rate for the part of it that falls there;
 //   - with `network.limit_receive`, the message also crosses the receiver's link, one message
-//     at a time, at the slower end's rate, starting when the sender starts it or when the
-//     receiver's link is free; it arrives when both are through (the sender's NIC is free after
-//     its own part: the bytes wait in socket buffers, as with TCP);
+//     at a time, at the receiver's rate (the messages into it share it), starting when the
+//     sender starts it or when the receiver's link is free; it arrives when both are through
+//     (the sender's NIC is free after its own part: the bytes wait in socket buffers, as with
+//     TCP);
 //   - link latency = network.latency + the two ends' class latency, unless a `link` line
 //     sets it; without limit_receive, receive-side contention is not modelled.
 // Everything random comes from the one network stream, drawn in event order.
@@ -33,8 +34,6 @@ class Network {
   Network(const Scenario& s, std::vector<std::uint32_t> class_of, Rng rng);
 
   double latency(std::uint32_t from, std::uint32_t to) const;
-  // The rate of a message from `from` to `to` at virtual time t (bytes/s).
-  double bandwidth(std::uint32_t from, std::uint32_t to, double t = 0) const;
   bool partitioned(std::uint32_t a, std::uint32_t b, double t) const;
   // Delay before a sender learns that a connect to a dead peer was refused.
   double refused_after(std::uint32_t from, std::uint32_t to) const;

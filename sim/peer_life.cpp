@@ -107,8 +107,13 @@ void Simulation::Impl::open_peer(Peer& p) {
   if (s.classes[p.cls].driver == PeerClass::Driver::Python) ls.settle_s = 0;
   // Founders started together through `all` or `neighbours` are one swarm from the start: none
   // has a model the others lack, so none fetches one (with `seed` they join p0 as rumor-peer
-  // --join does, and learn from it that there is nothing to fetch yet).
-  ls.gossip.fetch_state = s.fetch_state && !(p.index < s.founders && p.life == 0 && s.bootstrap != Bootstrap::Seed);
+  // --join does, and learn from it that there is nothing to fetch yet). Nor do founders that
+  // wait for run.min_peers > 1, whatever the bootstrap: rumor-peer --min-peers N > 1 does not
+  // fetch (peer/daemon.cpp). Before 2026-12-07 the testbed's S4 had its peer on 10 Mbit fetch
+  // p0's step-0 model here, 0.94 MB over its link: it started 0.9 s after the others, and
+  // every prediction of S4 was 40-50% late (docs/testbed.md).
+  const bool founder = p.index < s.founders && p.life == 0;
+  ls.gossip.fetch_state = s.fetch_state && !(founder && (s.bootstrap != Bootstrap::Seed || ls.min_peers > 1));
   if (resumed) ls.gossip.fetch_state = false;  // rumor-peer --resume continues from its own model
   // Test-only mutations (faults.mutation): the checker still holds the peers to the scenario.
   if (s.faults.mutation == Mutation::SkipOverlap) ls.gossip.staleness = INFINITY;

@@ -598,6 +598,56 @@ TEST_CASE("transport: a listen address in use is a clear error") {
   }
 }
 
+TEST_CASE("transport: flush() waits until the peer has the bytes, not only until they are written") {
+  // B stops reading for a while (its handler holds the I/O thread on the first message), so A's
+  // last frame sits in A's kernel send queue, written but not acknowledged. A flush that
+  // returned then, and the stop() after it, reset the connection and dropped that frame: on the
+  // testbed's S4 a finished peer's last reply to the peer on 10 Mbit was cut at 373 of 470 KB,
+  // and that peer waited out its exchange deadline (docs/testbed.md).
+  std::atomic<bool> hold{true};
+  TransportEvents ev;
+  std::atomic<int> got{0};
+  std::atomic<std::size_t> payload_bytes{0};
+  ev.on_message = [&](const PeerId&, Message&& m) {
+    if (got.fetch_add(1) == 0)
+      while (hold.load()) std::this_thread::sleep_for(1ms);  // B reads nothing meanwhile
+    payload_bytes += m.payload_size();
+  };
+  Transport b(test_config(), ev, nullptr);
+  b.start();
+  Node a;
+  a.t->send(b.local_id(), make_message(MsgType::Ping, 4, 0, 1));
+  REQUIRE(wait_until([&] { return got.load() == 1; }, 3.0));  // B's I/O thread is held
+  const std::size_t n = 384u << 10;                         // fits A's send buffer, not B's window
+  a.t->send(b.local_id(), make_message(MsgType::ExchangeReply, 16, n, 2));
+  std::thread release([&] {
+    std::this_thread::sleep_for(400ms);
+    hold = false;
+  });
+  const auto t0 = Clock::now();
+  const bool flushed = a.t->flush(5.0);
+  const double waited = since(t0);
+  release.join();
+  INFO("flush returned " << flushed << " after " << waited << " s (B read again after 0.4 s)");
+  CHECK(flushed);
+  CHECK(waited > 0.3);  // not before B read the bytes
+  a.t->stop();          // after a flush that returned true, nothing is lost by stopping
+  REQUIRE(wait_until([&] { return got.load() == 2; }, 3.0));
+  CHECK(payload_bytes.load() == n);
+  // With nobody reading, flush() gives up at its deadline and says so.
+  hold = true;
+  got = 0;
+  Node c;
+  c.t->send(b.local_id(), make_message(MsgType::Ping, 4, 0, 3));
+  REQUIRE(wait_until([&] { return got.load() == 1; }, 3.0));
+  c.t->send(b.local_id(), make_message(MsgType::ExchangeReply, 16, n, 4));
+  const auto t1 = Clock::now();
+  CHECK_FALSE(c.t->flush(0.3));
+  CHECK(since(t1) < 2.0);
+  hold = false;
+  b.stop();
+}
+
 TEST_CASE("transport: stop() is prompt and idempotent") {
   auto a = std::make_unique<Node>();
   Node b;
