@@ -36,6 +36,7 @@ constexpr std::uint8_t kMaxPayloadCodec = 4;
 // What codec auto chooses from, the lightest first: each takes about half the bytes of the one
 // before (4, 2 and 1.016 bytes per parameter).
 constexpr PayloadCodec kAutoCodecs[] = {PayloadCodec::None, PayloadCodec::Fp16, PayloadCodec::Int8};
+constexpr PayloadCodec kLightestAuto = kAutoCodecs[std::size(kAutoCodecs) - 1];  // a new link's first codec
 // c's index in kAutoCodecs, or std::size(kAutoCodecs) where auto does not choose it.
 constexpr std::size_t auto_codec_slot(PayloadCodec c) {
   std::size_t k = 0;

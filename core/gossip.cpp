@@ -147,7 +147,7 @@ double Gossip::choose_codec(CodecLinks& l, PayloadCodec codec, double budget) co
   std::array<double, std::size(kAutoCodecs)> est{}, hk{};  // round trip and H of each codec
   for (std::size_t k = 0; k < hk.size(); ++k) {  // kAutoCodecs: most bytes first
     const RttWindow& wk = l.windows[k];
-    const bool fresh = wk.count > 0 && l.count - wk.last <= kRttFresh;
+    const bool fresh = l.fresh(k);
     const double scaled = here * static_cast<double>(encoded_size(kAutoCodecs[k], n));
     // A lighter codec measured once only, and slower than this one, queued behind the others'
     // payloads on a shared link (as first exchanges do): fewer bytes are not slower on the
@@ -212,8 +212,7 @@ void Gossip::borrow_links(CodecLinks& mine) const {
   for (std::size_t k = 0; k < all_links_.windows.size(); ++k) {
     const RttWindow& all = all_links_.windows[k];
     RttWindow& w = mine.windows[k];
-    const bool own_fresh = w.count > 0 && !w.borrowed && mine.count - w.last <= kRttFresh;
-    if (own_fresh || all.count == 0 || all_links_.count - all.last > kRttFresh) continue;
+    if ((mine.fresh(k) && !w.borrowed) || !all_links_.fresh(k)) continue;
     w = all;
     w.last = mine.count;
     w.borrowed = true;
@@ -287,7 +286,7 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
       const RttWindow& all = all_links_.windows[slot];
       bool heavier = false;
       for (std::size_t k = 0; k + 1 < all_links_.windows.size(); ++k)
-        heavier = heavier || (all_links_.windows[k].count > 0 && all_links_.count - all_links_.windows[k].last <= kRttFresh);
+        heavier = heavier || all_links_.fresh(k);
       if (heavier && all.count > 0 && link->windows[slot].min() <= kCodecSlack * all.min()) {
         borrow_links(*link);
         link->probe_new = false;
@@ -328,12 +327,12 @@ PayloadCodec Gossip::codec_for(const PeerId& peer) const {
     const Member* m = view_.find(peer);
     const bool apart = !m || !(m->ex_distance < kSettleExactDistance);
     if (!apart) return PayloadCodec::None;
-    return timed ? it->second.links.settle_codec : kAutoCodecs[std::size(kAutoCodecs) - 1];
+    return timed ? it->second.links.settle_codec : kLightestAuto;
   }
   // A partner not timed yet gets the lightest codec, whatever our other links chose: its
   // first round trip costs little on any link, and tells this link from ours
   // (forget_other_links).
-  return timed ? it->second.links.codec : kAutoCodecs[std::size(kAutoCodecs) - 1];
+  return timed ? it->second.links.codec : kLightestAuto;
 }
 
 bool Gossip::useful(const Member& m) const {

@@ -283,7 +283,8 @@ class Gossip {
   // The codec of the next exchange we start with `peer`: cfg.codec, or with codec = Auto the
   // choice from our round trips with that peer (a link is as slow as its slower end: one peer
   // on a home connection must not make the others compress to each other, nor they send it
-  // float32), or where we have timed none with it, the choice from all our round trips. While
+  // float32), or where we have timed none with it, the lightest codec (its first round trip
+  // costs little on any link: note_round_trip then tells that link from our others). While
   // settling (training done, or a pause: the Python module's serve()) float32, unless the
   // link's round trips grow with the bytes (CodecLinks::settle_codec).
   PayloadCodec codec_for(const PeerId& peer) const;
@@ -570,10 +571,12 @@ class Gossip {
   // were its latency, once `retry_at` round trips are counted (choose_codec): a first round
   // trip that waited on a busy partner, or a link that got faster, is found out. Each retry
   // that finds the heavier codec no better doubles the gap to the next (kRetryFirst to
-  // kRetryMax), so a slow link pays a float32 round trip rarely. A link first timed with
-  // nothing to borrow (note_round_trip), or found faster than the links it borrowed from, is
-  // retried after kRetryNew round trips: it started in the lightest codec (codec_for), and a
-  // link whose cost is its latency goes float32 after a few exchanges, not 64.
+  // kRetryMax), so a slow link pays a float32 round trip rarely. A new link starts in the
+  // lightest codec (codec_for); where it has no heavier codec to borrow, it is retried once
+  // the peer has kRetryNew round trips in all (one new link per kRttFresh of them:
+  // new_link_probe_at_), and one found faster than the links it borrowed from after
+  // kRetryNew of its own: a link whose cost is its latency goes float32 after a few
+  // exchanges, not 64.
   static constexpr std::uint64_t kRetryFirst = 64, kRetryMax = 1024, kRetryNew = 2;
   struct CodecLinks {
     RttWindows windows{};
@@ -585,6 +588,8 @@ class Gossip {
     bool chosen = false;    // codec is a choice (it takes a timed step as well)
     PayloadCodec codec = PayloadCodec::None;
     PayloadCodec settle_codec = PayloadCodec::None;  // while settling (choose_codec)
+    // Window k holds a round trip added within the last kRttFresh of this set's.
+    bool fresh(std::size_t k) const { return windows[k].count > 0 && count - windows[k].last <= kRttFresh; }
   };
   // Codec auto, per partner (a link is as slow as its slower end): at most kPartnerLinks of
   // them, the least recently timed dropped first (a partial view's partners come and go).
