@@ -316,6 +316,8 @@ class Gossip {
   // settled: its model is the swarm's) it only announces, and left() is true at once.
   void leave(bool handover = true);
   bool left() const { return left_; }
+  // leave() was called: from now on requests get a busy reply ("leaving") and nothing is mixed.
+  bool leaving() const { return leaving_; }
   const View& view() const { return view_; }
   const GossipStats& stats() const { return stats_; }
   bool joined() const { return joined_; }

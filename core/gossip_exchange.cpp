@@ -237,6 +237,14 @@ void Gossip::on_exchange_payload(const PeerId& from, const Message& msg) {
     return reject(from, problem);
   }
   if (it == in_.end()) return;  // we answered Busy, or our deadline for it passed: nothing to mix
+  if (leaving_) {
+    // We replied before we left: our model is final now (evaluated, maybe handed over), so
+    // we mix nothing, and say so rather than let the initiator wait for an accept until its
+    // deadline. Without our accept it mixes nothing either.
+    in_.erase(it);
+    env_.send(from, make_message(ExchangeBusyMsg{h.exchange_id, "leaving", digest()}));
+    return;
+  }
   Pieces xs(theirs);
   if (h.codec == PayloadCodec::None) {
     if (!it->theirs.add(msg, h)) {

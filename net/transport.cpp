@@ -88,6 +88,9 @@ enum class CloseKind {
   Rejected,    // bad input from the remote: warn, count, on_rejected
   SendFailed,  // connect/write failure or write deadline
   Quiet,       // orderly end (remote closed, idle, local disconnect)
+  // The remote closed (or reset) the connection while messages we wrote to it had no answer
+  // yet: reported once through on_send_failed, as a refused connect is (TransportCore::unanswered).
+  Unanswered,
   // Except for Stop, any queued application messages are dropped and reported once through
   // on_send_failed (with a warning); otherwise only an info/debug line is logged.
   Stop,        // Transport::stop(): no callbacks at all
@@ -138,6 +141,16 @@ struct TransportCore {
   // rest debug lines until a handshake with it succeeds again. A peer that died is then one
   // warning here and one "dead" line from the protocol, not one line per retry.
   std::set<PeerId> unreachable;
+  // Application frames written to a peer since the last application frame it sent us (by the
+  // peer's Hello id, over all its connections), and when the last was written. A peer that
+  // closes its connections with such frames read and not handled (it stopped), or unread (it
+  // had exited: the kernel resets the connection), never answers them: the caller hears it
+  // through on_send_failed at once, instead of at its own deadline.
+  struct Unanswered {
+    std::uint32_t frames = 0;
+    Clock::time_point last{};
+  };
+  std::map<PeerId, Unanswered> unanswered;
   std::set<std::shared_ptr<asio::steady_timer>> user_timers;
   std::uint64_t register_seq = 0;
   std::set<Nonce> issued_nonces;  // the latest kRememberedNonces we sent (keyed swarms)
@@ -183,6 +196,11 @@ struct TransportCore {
   // Bytes written to the sessions' sockets that their peers have not acknowledged yet
   // (SIOCOUTQ): written is not delivered (flush()).
   std::size_t unacked_bytes() const;
+  // For a session the remote closed: the application frames written to that peer and not
+  // answered, taken (0 and kept while another connection with it is open, or when the last
+  // was written an idle timeout ago or more: the remote may have closed an idle connection,
+  // which it cannot do within an idle timeout of reading our frame).
+  std::uint32_t take_unanswered(const Session& s);
 
   void do_accept();
   void do_send(const PeerId& to, OutFrame frame);
@@ -310,13 +328,15 @@ class Session : public std::enable_shared_from_this<Session> {
                      "debug until it answers again", send_id(), app_frames, reason);
       else
         t_.log->debug("net: send to {} failed ({} message(s) dropped): {}", send_id(), app_frames, reason);
+    } else if (kind == CloseKind::Unanswered) {
+      t_.log->info("net: {} {}; reported as not delivered", name(), reason);
     } else if (was_open) {
       t_.log->debug("net: connection to {} closed: {}", name(), reason);
     } else {
       t_.log->info("net: connection to {} closed before the handshake: {}", name(), reason);
     }
     // Once per failure, and only when something the caller asked for was lost.
-    if (app_frames > 0 && t_.ev.on_send_failed) t_.ev.on_send_failed(send_id(), reason);
+    if ((app_frames > 0 || kind == CloseKind::Unanswered) && t_.ev.on_send_failed) t_.ev.on_send_failed(send_id(), reason);
   }
 
  private:
@@ -421,10 +441,13 @@ class Session : public std::enable_shared_from_this<Session> {
                                        std::to_string(decoder_.frame_bytes_received()) + " of " +
                                        std::to_string(decoder_.frame_bytes_expected()) + " bytes (" +
                                        ec.message() + ")");
-      } else if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
-        close(CloseKind::Quiet, "closed by the remote");
       } else {
-        close(CloseKind::Quiet, "read failed: " + ec.message());
+        const bool eof = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+        std::string why = eof ? "closed the connection" : "connection failed: " + ec.message();
+        if (const std::uint32_t n = t_.take_unanswered(*this))
+          close(CloseKind::Unanswered, why + " with " + std::to_string(n) + " message(s) we sent it unanswered");
+        else
+          close(CloseKind::Quiet, why);
       }
       return;
     }
@@ -458,6 +481,7 @@ class Session : public std::enable_shared_from_this<Session> {
       close(CloseKind::Rejected, "unexpected second Hello");
       return;
     }
+    t_.unanswered.erase(remote_id_);
     if (t_.ev.on_message) t_.ev.on_message(remote_id_, std::move(msg));
   }
 
@@ -606,6 +630,11 @@ class Session : public std::enable_shared_from_this<Session> {
     last_activity_ = Clock::now();
     auto& q = writing_control_ ? control_ : queue_;
     const bool app = q.front().app;
+    if (app) {
+      TransportCore::Unanswered& u = t_.unanswered[remote_id_];
+      ++u.frames;
+      u.last = Clock::now();
+    }
     queued_bytes_ -= q.front().size();
     q.pop_front();
     write_deadline_ = Clock::time_point::max();
@@ -732,6 +761,19 @@ void TransportCore::unregister_session(Session* s) {
       break;
     }
   }
+}
+
+std::uint32_t TransportCore::take_unanswered(const Session& s) {
+  const PeerId& id = s.remote_id();
+  if (id.empty()) return 0;
+  auto it = unanswered.find(id);
+  if (it == unanswered.end()) return 0;
+  for (const auto& o : sessions)
+    if (o.get() != &s && !o->closed() && o->names(id)) return 0;
+  const Unanswered u = it->second;
+  unanswered.erase(it);
+  if (Clock::now() - u.last >= std::chrono::duration<double>(cfg.idle_timeout_s)) return 0;
+  return u.frames;
 }
 
 std::size_t TransportCore::unacked_bytes() const {

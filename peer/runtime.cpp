@@ -459,7 +459,20 @@ void Runtime::close(double flush_s) {
   if (closed_) return;
   closed_ = true;
   if (endpoint_) publish(true);  // the final values, for a scrape during the flush
-  if (flush_s > 0) transport_->flush(flush_s);
+  if (flush_s > 0) {
+    // A peer that left goes on answering while its last bytes drain: a request that reaches
+    // it now gets its busy reply ("leaving"), not silence until the requester's deadline.
+    // Whatever arrives after the last drain is never read or handled; the requester's
+    // transport reports it when the connection closes (net/transport.hpp, on_send_failed).
+    const bool answer = loop_->gossip().leaving();
+    const double until = now() + flush_s;
+    for (;;) {
+      const double left = until - now();
+      if (left <= 0) break;
+      const bool flushed = transport_->flush(answer ? std::min(left, kCloseSlice) : left);
+      if (!(answer && drain()) && flushed) break;
+    }
+  }
   transport_->stop();
   // The HTTP endpoint goes with the network: its port is free again (a Python process may
   // start another peer on it), and nothing is published after this.

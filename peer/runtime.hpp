@@ -90,6 +90,8 @@ class Runtime {
   // (Transport::flush): a float32 model of the quickstart's MLP takes 0.75 s over 10 Mbit. Only
   // a peer that does not read holds an exit this long.
   static constexpr double kFlushSeconds = 3.0;
+  // While it flushes, a peer that left hands what arrives to Gossip at least this often.
+  static constexpr double kCloseSlice = 0.05;
   // Hands everything queued to Gossip. Returns true if anything was handled; then whatever
   // mixed into or replaced the parameters did so, and `on_params_written` was called first.
   bool drain();

@@ -333,6 +333,42 @@ TEST_CASE("gossip: a streamed exchange mixes on both sides only once the respond
   }
 }
 
+// A finished peer leaves while an exchange it replied to waits for the initiator's x_s (a
+// slow link: S4's home peer). Its model is final: it mixes nothing, and says so at once, so
+// that the initiator does not wait for the accept until its deadline.
+TEST_CASE("gossip: a peer that left refuses the x_s of an exchange it replied to before: busy, nobody mixes") {
+  CaptureEnv ea, eb;
+  GossipConfig cfg;
+  cfg.fetch_state = false;
+  std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
+  Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+  Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+  a.start({});
+  b.start({});
+  a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+  ea.sent.clear();
+  a.on_step_done(1, 10);
+  REQUIRE(ea.sent.size() == 2);
+  b.on_message("a", ea.sent[0].second);  // the header: B replies
+  REQUIRE(eb.sent.size() == 1);
+  CHECK(eb.sent[0].second.type == MsgType::ExchangeReply);
+  a.on_message("b", eb.sent[0].second);  // A holds the reply until B accepts
+  b.leave(false);
+  CHECK(b.leaving());
+  eb.sent.clear();
+  b.on_message("a", ea.sent[1].second);  // x_s comes after B left
+  CHECK(pb == std::vector<float>{5, 6, 7, 8});
+  REQUIRE(eb.sent.size() == 1);
+  REQUIRE(eb.sent[0].second.type == MsgType::ExchangeBusy);
+  CHECK(decode_busy(eb.sent[0].second).reason == "leaving");
+  a.on_message("b", eb.sent[0].second);
+  CHECK(pa == std::vector<float>{1, 2, 3, 4});
+  CHECK(a.exchanges_in_flight() == 0);
+  CHECK(a.stats().declined == 1);
+  CHECK(a.stats().exchanges == 0);
+  CHECK(b.stats().answered == 0);
+}
+
 TEST_CASE("gossip: a pair has one exchange at a time: no request to a peer we are answering, none answered once ours is") {
   // Seen on loopback: b started a streamed exchange with a; a replied and, before b's x_s had
   // landed, started one with b, which b (the larger id) answered. Both exchanges mixed against

@@ -648,6 +648,39 @@ TEST_CASE("transport: flush() waits until the peer has the bytes, not only until
   b.stop();
 }
 
+// A peer that stops (or exits) with our request read and not handled never answers it: the
+// requester must hear it when the connection closes, not at its own exchange deadline (S4's
+// home peer waited 5 s for a peer that had finished). One that answered closes quietly.
+TEST_CASE("transport: a peer that closes with our messages unanswered is reported at once; one that answered is not") {
+  {
+    Node a, b;
+    a.t->send(b.id(), make_message(MsgType::ExchangeRequest, 40, 1000, 1));
+    REQUIRE(wait_until([&] { return b.rec.n_messages() == 1; }, 3.0));
+    b.t->send(a.id(), make_message(MsgType::ExchangeBusy, 20, 0, 2));
+    REQUIRE(wait_until([&] { return a.rec.n_messages() == 1; }, 3.0));
+    b.t->stop();
+    std::this_thread::sleep_for(300ms);
+    CHECK(a.rec.n_send_failed() == 0);
+  }
+  {
+    Node a, b;
+    a.t->send(b.id(), make_message(MsgType::ExchangeRequest, 40, 1000, 1));
+    a.t->send(b.id(), make_message(MsgType::ExchangePayload, 40, 5000, 2));
+    REQUIRE(wait_until([&] { return b.rec.n_messages() == 2; }, 3.0));
+    const auto t0 = Clock::now();
+    b.t->stop();
+    REQUIRE(wait_until([&] { return a.rec.n_send_failed() == 1; }, 3.0));
+    CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+    const auto n = a.rec.send_failed_at(0);
+    CHECK(n.peer == b.id());
+    INFO(n.reason);
+    CHECK(n.reason.find("2 message(s) we sent it unanswered") != std::string::npos);
+    std::this_thread::sleep_for(100ms);
+    CHECK(a.rec.n_send_failed() == 1);  // once
+    CHECK(a.rec.n_rejected() == 0);
+  }
+}
+
 TEST_CASE("transport: stop() is prompt and idempotent") {
   auto a = std::make_unique<Node>();
   Node b;
