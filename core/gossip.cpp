@@ -345,6 +345,26 @@ bool Gossip::anyone_useful() const {
   return false;
 }
 
+bool Gossip::far_finished(const Member& m) const {
+  return cfg_.settle_far_distance > 0 && m.d.done && m.ex_version > done_version_ && !std::isnan(m.ex_distance) &&
+         !(m.ex_distance < cfg_.settle_far_distance);
+}
+
+bool Gossip::far_finished_member() const {
+  for (const Member* m : view_.alive())
+    if (far_finished(*m)) return true;
+  return false;
+}
+
+bool Gossip::partner_fits(const Member& m, Partners partners) const {
+  switch (partners) {
+    case Partners::Any: return true;
+    case Partners::Useful: return useful(m);
+    case Partners::Far: return far_finished(m);
+  }
+  return false;
+}
+
 double Gossip::slowest_training_step() const {
   double s = 0;
   for (const Member* m : view_.alive())
@@ -387,7 +407,7 @@ bool Gossip::start_exchange(Partners partners) {
   const auto preferred = [](const Member& m) { return !m.d.done && !m.screened; };
   const auto usable = [&](const PeerId& id, const Member& m) {
     return m.d.state == MemberState::Alive && m.skip_until <= now && find_out(id) == npos && !answering(id) &&
-           (partners == Partners::Any || useful(m));
+           partner_fits(m, partners);
   };
   // Partial views: the active view, and every fresh_every-th draw the passive view.
   const bool bounded = overlay_ && cfg_.neighbours.empty();
@@ -425,7 +445,7 @@ bool Gossip::start_exchange(Partners partners) {
     if (candidates.empty() && !anyone_preferred) candidates = std::move(finished);
   }
   if (candidates.empty()) return false;  // stays due: starts as soon as someone is available
-  if (partners == Partners::Useful && !bounded && candidates.size() > 1) {
+  if (partners != Partners::Any && !bounded && candidates.size() > 1) {
     // Settling: the member we mixed with longest ago (never, first), so that a few exchanges
     // each reach every model of a small swarm, as rounds of pairs would, instead of random
     // draws that repeat a pair while a third model waits (docs/ARCHITECTURE.md "Settling").

@@ -82,6 +82,12 @@ struct GossipConfig {
   // trip needs at most kCodecSlack times the fewest steps between exchanges by that rule; a
   // fixed H takes the lightest whose round trip fits in this share of H steps.
   double exchange_share = 0.2;
+  // Settling (PeerLoop::settle_next) goes on while a finished member was at least this far from
+  // us at our last exchange since we finished (far_finished()); 0: off. Above what the int8
+  // codec leaves between models that agree (0.004-0.019 in S4's settling, real and simulated),
+  // so that a fixed compressed codec does not hold every peer to its deadline; below where a
+  // peer left with its own model lost points (0.05-0.17 in S4).
+  double settle_far_distance = 0.03;
   static constexpr std::uint64_t kAutoMaxLocalSteps = 1024;
   MixWeight mix_weight = MixWeight::Uniform;
   PayloadCodec codec = PayloadCodec::None;
@@ -240,7 +246,9 @@ class Gossip {
   // not exchanged with yet. Either way members still training come first: a member that has
   // finished (MemberDigest::done), or whose last model we refused or clipped, is picked only
   // when none of the others is alive.
-  enum class Partners { Any, Useful };
+  // Useful: settling (useful()). Far: settling held by a far finished member (far_finished()):
+  // only those, so that the members that agree do not exchange among themselves meanwhile.
+  enum class Partners { Any, Useful, Far };
   // Two models closer than this (relative distance) are taken as equal.
   static constexpr double kAgreeDistance = 1e-6;
   // Not training (waiting on the staleness bound, or settling after training): start an
@@ -250,6 +258,7 @@ class Gossip {
   // Training is over for good in this incarnation (settling, leaving, or the end): our digest
   // says so from now on.
   void set_done() {
+    if (!view_.self().done) done_version_ = model_version_;
     view_.self().done = true;
     outer_.end();  // settling is plain averaging
   }
@@ -271,6 +280,13 @@ class Gossip {
   bool useful(const Member& m) const;
   // Some live member is useful, or one is still training.
   bool anyone_useful() const;
+  // An alive member that has finished training, and whose last exchange with us, completed
+  // after we finished too, found the models cfg.settle_far_distance apart or more. PeerLoop settles on while there is one (up to its deadline), so that a peer behind a
+  // slow link, whose exchanges take longest, is not left with a model of its own when the
+  // others agree among themselves and leave (testbed S4: its final accuracy 2 points lower).
+  bool far_finished_member() const;
+  bool far_finished(const Member& m) const;
+  bool partner_fits(const Member& m, Partners partners) const;
   // The slowest step time among the alive members still training, as their clocks' advance
   // shows it (0: none known): settling exchanges no faster than H of those.
   double slowest_training_step() const;
@@ -551,6 +567,7 @@ class Gossip {
   std::map<PeerId, std::string> join_errors_;  // seed -> last send failure while joining
   std::uint64_t clock_ = 0, samples_ = 0;
   std::uint64_t model_version_ = 0;
+  std::uint64_t done_version_ = 0;  // model_version_ when set_done() was first called
   std::uint64_t steps_since_exchange_ = 0;
   // --local-steps auto and --codec auto: the time per step (step_seconds()), and our last
   // exchanges' round trips (their minimum, the link's own cost: one that waited out a

@@ -222,7 +222,7 @@ std::optional<PeerId> Gossip::overlay_partner(Partners partners) {
   bool anyone_preferred = false;
   const auto preferred = [](const Member& m) { return !m.d.done && !m.screened; };
   const auto usable = [&](const PeerId& id, const Member& m) {
-    return m.skip_until <= now && find_out(id) == npos && !answering(id) && (partners != Partners::Useful || useful(m));
+    return m.skip_until <= now && find_out(id) == npos && !answering(id) && partner_fits(m, partners);
   };
   const auto scan = [&](const std::vector<PeerId>& ids, const std::vector<std::size_t>& hashes) {
     for (std::size_t i = 0; i < ids.size(); ++i) {

@@ -111,6 +111,11 @@ const Knob kKnobs[] = {
      "training peer's H steps; while peers still train, or once the models agree, the interval grows 4-fold after "
      "each, up to SEC seconds",
      kAll, RUMOR_FIELD(settle_interval_max_s)},
+    {"settle_far", "gossip", T::Real, 0, 10, nullptr, "", kTune,
+     "Settling goes on (up to --settle) while a finished peer was this far from us (relative distance) at our last "
+     "exchange since we finished, and exchanges with such peers only, so that one behind a slow link is not left "
+     "with its own model; 0 disables",
+     kAll, RUMOR_FIELD(gossip.settle_far_distance)},
     {"suspect_timeout", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kNet,
      "Seconds a suspected peer has to refute before it is declared dead", kAll, RUMOR_FIELD(gossip.suspect_timeout_s)},
     {"probe_interval", "gossip", T::Seconds, 0.01, 60, nullptr, "s", kNet,

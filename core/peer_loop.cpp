@@ -369,15 +369,24 @@ LoopAction PeerLoop::settle_next() {
   }
   // With fragments an exchange sees 1/F of the model: F times as many in a row to call it settled.
   const std::uint64_t f = gossip_.fragments();
-  const bool settled = !others_training && (static_cast<std::uint64_t>(settle_close_) >= LoopSettings::kSettledClose * f ||
-                                            gossip_.stats().exact_exchanges() - settle_initiated_ >= LoopSettings::kSettledInitiated * f ||
-                                            !gossip_.anyone_useful());
+  // Close exchanges in a row, or enough initiated, say settled unless a finished member was
+  // found far from us in its last exchange (Gossip::far_finished_member): the fast peers of a
+  // swarm agree among themselves within milliseconds, before one behind a slow link had its share.
+  const bool counted = static_cast<std::uint64_t>(settle_close_) >= LoopSettings::kSettledClose * f ||
+                       gossip_.stats().exact_exchanges() - settle_initiated_ >= LoopSettings::kSettledInitiated * f;
+  const bool held = !others_training && counted && gossip_.far_finished_member();
+  const bool enough = !others_training && ((counted && !held) || !gossip_.anyone_useful());
+  // Enough, but an exchange we started is still open: it is settled once that is over (no new
+  // one started meanwhile). The last to complete is with the peer behind the slowest link, and
+  // may find it far; mixed in Final, with no exchange after, it left a fast peer of S4 with half
+  // that peer's model (1-2 points below the others).
+  const bool settled = enough && gossip_.exchanges_in_flight() == 0;
   const double end = settle_deadline_.end(settle_s_, settle_max_s_);
   // A pause lasts until its deadline (the driver asked for that long); settled, or alone, it
   // only stops starting exchanges. Settling after training ends there.
   const bool alone = gossip_.view().live_count() == 0;
   const bool answer_only = pausing_ && (settled || alone);
-  if (!answer_only && idle_if_due(interval, interval, Gossip::Partners::Useful)) {
+  if (!answer_only && !enough && idle_if_due(interval, interval, held ? Gossip::Partners::Far : Gossip::Partners::Useful)) {
     const bool back_off = others_training || gossip_.stats().last_distance < LoopSettings::kSettledDistance;
     settle_interval_ = back_off ? std::min(LoopSettings::kSettleBackoff * interval, std::max(s_.settle_interval_max_s, tick)) : 0;
   }
@@ -392,7 +401,9 @@ LoopAction PeerLoop::settle_next() {
     enter(LoopPhase::Final);
     return next();
   }
-  return answer_only ? wait_until(end) : wait_until(std::min(last_idle_ + std::max(tick, settle_interval_), end));
+  // Starting nothing (answering only, or settled but for an open exchange): until the end, or
+  // whatever comes first (its reply wakes us).
+  return answer_only || enough ? wait_until(end) : wait_until(std::min(last_idle_ + std::max(tick, settle_interval_), end));
 }
 
 }  // namespace rumor

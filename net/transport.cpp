@@ -329,7 +329,7 @@ class Session : public std::enable_shared_from_this<Session> {
       else
         t_.log->debug("net: send to {} failed ({} message(s) dropped): {}", send_id(), app_frames, reason);
     } else if (kind == CloseKind::Unanswered) {
-      t_.log->info("net: {} {}; reported as not delivered", name(), reason);
+      t_.log->debug("net: {} {}; reported as not delivered", name(), reason);
     } else if (was_open) {
       t_.log->debug("net: connection to {} closed: {}", name(), reason);
     } else {

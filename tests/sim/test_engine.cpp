@@ -993,6 +993,31 @@ TEST_CASE("settle: a peer that finished first sends little while the others trai
   CHECK(consensus < 1e-3);
 }
 
+// Three peers on 1 Gbit and one at home on 10 Mbit (the testbed's S4): an exchange with the
+// home peer takes 0.3 s, one among the others milliseconds. After training the fast three agreed
+// among themselves and left before the home peer had its share: it ended with a model of its
+// own. Now a finished member found far at the last exchange holds settling (gossip.settle_far),
+// and an exchange still open is waited for before settled.
+TEST_CASE("settle: a peer behind a slow link is not left with its own model when the fast ones agree") {
+  for (const char* seed : {"run.seed=1", "run.seed=2"}) {
+    const auto last = [&](const char* far) {
+      Simulation sim(scn(kQuad, {seed, far, "run.peers=4", "run.settle=3", "workload.dim=50000", "network.latency=1ms",
+                                 "network.jitter=0", "network.bandwidth=1Gbit", "gossip.local_steps=8", "gossip.exchange_timeout=5",
+                                 "gossip.suspect_timeout=1", "class.fast.count=3", "class.home.count=1",
+                                 "class.home.bandwidth=10Mbit", "output.log_exchanges=off"}));
+      sim.run();
+      const Sample& s = sim.samples().back();
+      return std::make_pair(s.consensus_distance, s.peer_loss / s.loss);
+    };
+    const auto [held, held_loss] = last("gossip.settle_far=0.03");
+    const auto [off, off_loss] = last("gossip.settle_far=0");
+    MESSAGE(std::string(seed) << ": final consensus distance " << held << " (settle_far 0: " << off << "), the peers' mean loss over the mean model's "
+                 << held_loss << " (" << off_loss << ")");
+    CHECK(held < 0.2 * off);
+    CHECK(held_loss < 1.01);
+  }
+}
+
 TEST_CASE("swarm budget: peers of different speeds stop together once the swarm has done its samples") {
   // p0 steps 4x slower. With a budget per peer it finishes its 300 steps long after the others;
   // with workload.swarm_samples = 4 x 300 every peer stops when the swarm's count (each peer's
