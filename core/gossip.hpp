@@ -281,9 +281,10 @@ class Gossip {
   // Some live member is useful, or one is still training.
   bool anyone_useful() const;
   // An alive member that has finished training, and whose last exchange with us, completed
-  // after we finished too, found the models cfg.settle_far_distance apart or more. PeerLoop settles on while there is one (up to its deadline), so that a peer behind a
-  // slow link, whose exchanges take longest, is not left with a model of its own when the
-  // others agree among themselves and leave (testbed S4: its final accuracy 2 points lower).
+  // after we finished too, found the models cfg.settle_far_distance apart or more. PeerLoop
+  // settles on while there is one (up to its deadline), so that a peer behind a slow link,
+  // whose exchanges take longest, is not left with a model of its own when the others agree
+  // among themselves and leave (testbed S4: its final accuracy up to 2 points lower).
   bool far_finished_member() const;
   bool far_finished(const Member& m) const;
   bool partner_fits(const Member& m, Partners partners) const;

@@ -201,6 +201,9 @@ struct TransportCore {
   // was written an idle timeout ago or more: the remote may have closed an idle connection,
   // which it cannot do within an idle timeout of reading our frame).
   std::uint32_t take_unanswered(const Session& s);
+  // A session closes: its peer's count goes unless another connection with it is open (the
+  // map holds the peers we have connections with, not every peer ever written to).
+  void forget_unanswered(const Session& s);
 
   void do_accept();
   void do_send(const PeerId& to, OutFrame frame);
@@ -314,6 +317,7 @@ class Session : public std::enable_shared_from_this<Session> {
     control_.clear();
     queued_bytes_ = 0;
     auto self = shared_from_this();  // keep us alive through the callbacks below
+    t_.forget_unanswered(*this);
     t_.unregister_session(this);
     t_.frames_done(app_frames);
     if (kind == CloseKind::Stop || t_.stopping) return;
@@ -763,13 +767,23 @@ void TransportCore::unregister_session(Session* s) {
   }
 }
 
+namespace {
+bool other_session(const std::set<std::shared_ptr<Session>>& sessions, const Session& s, const PeerId& id) {
+  for (const auto& o : sessions)
+    if (o.get() != &s && !o->closed() && o->names(id)) return true;
+  return false;
+}
+}  // namespace
+
+void TransportCore::forget_unanswered(const Session& s) {
+  if (!s.remote_id().empty() && !other_session(sessions, s, s.remote_id())) unanswered.erase(s.remote_id());
+}
+
 std::uint32_t TransportCore::take_unanswered(const Session& s) {
   const PeerId& id = s.remote_id();
   if (id.empty()) return 0;
   auto it = unanswered.find(id);
-  if (it == unanswered.end()) return 0;
-  for (const auto& o : sessions)
-    if (o.get() != &s && !o->closed() && o->names(id)) return 0;
+  if (it == unanswered.end() || other_session(sessions, s, id)) return 0;
   const Unanswered u = it->second;
   unanswered.erase(it);
   if (Clock::now() - u.last >= std::chrono::duration<double>(cfg.idle_timeout_s)) return 0;

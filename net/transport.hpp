@@ -63,7 +63,8 @@ struct TransportEvents {
   // A complete, checksummed message from an authenticated (handshaken) peer.
   std::function<void(const PeerId& from, Message&& msg)> on_message;
   // We could not deliver to `peer` (connect refused/timed out, write failed, connection lost
-  // with messages queued). Exchanges with that peer should be given up.
+  // with messages queued), or it closed the connection with messages we wrote to it unanswered
+  // (it stopped or exited; not an idle close). Exchanges with that peer should be given up.
   std::function<void(const PeerId& peer, const std::string& reason)> on_send_failed;
   // A peer (or an unknown remote endpoint) sent bad input and was disconnected: wrong magic or
   // version, oversize lengths, bad checksum, cut-off or trickled frame, fingerprint mismatch,

@@ -651,7 +651,7 @@ TEST_CASE("transport: flush() waits until the peer has the bytes, not only until
 // A peer that stops (or exits) with our request read and not handled never answers it: the
 // requester must hear it when the connection closes, not at its own exchange deadline (S4's
 // home peer waited 5 s for a peer that had finished). One that answered closes quietly.
-TEST_CASE("transport: a peer that closes with our messages unanswered is reported at once; one that answered is not") {
+TEST_CASE("transport: a peer that closes with our messages unanswered is reported at once, one that answered is not") {
   {
     Node a, b;
     a.t->send(b.id(), make_message(MsgType::ExchangeRequest, 40, 1000, 1));
