@@ -339,8 +339,12 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       t_.log->info("net: connection to {} closed before the handshake: {}", name(), reason);
     }
-    // Once per failure, and only when something the caller asked for was lost.
-    if ((app_frames > 0 || kind == CloseKind::Unanswered) && t_.ev.on_send_failed) t_.ev.on_send_failed(send_id(), reason);
+    // Once per failure, and only when something the caller asked for was lost (or will get no
+    // answer: unanswered_, also after a remote's frame cut off).
+    if ((app_frames > 0 || unanswered_ > 0) && t_.ev.on_send_failed)
+      t_.ev.on_send_failed(send_id(), kind == CloseKind::Rejected && unanswered_ > 0
+                                          ? reason + ", with " + std::to_string(unanswered_) + " message(s) we sent it unanswered"
+                                          : reason);
   }
 
  private:
@@ -440,6 +444,10 @@ class Session : public std::enable_shared_from_this<Session> {
       last_activity_ = Clock::now();
     }
     if (ec) {
+      // Frames we wrote to it and that it has not answered are lost with the connection, whether
+      // it ends cleanly or in the middle of one of its frames (a peer that stopped while its
+      // reply to us was on a 10 Mbit link: testbed S4).
+      unanswered_ = t_.take_unanswered(*this);
       if (decoder_.in_frame()) {
         close(CloseKind::Rejected, "connection closed mid-frame after " +
                                        std::to_string(decoder_.frame_bytes_received()) + " of " +
@@ -448,8 +456,8 @@ class Session : public std::enable_shared_from_this<Session> {
       } else {
         const bool eof = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
         std::string why = eof ? "closed the connection" : "connection failed: " + ec.message();
-        if (const std::uint32_t n = t_.take_unanswered(*this))
-          close(CloseKind::Unanswered, why + " with " + std::to_string(n) + " message(s) we sent it unanswered");
+        if (unanswered_ > 0)
+          close(CloseKind::Unanswered, why + " with " + std::to_string(unanswered_) + " message(s) we sent it unanswered");
         else
           close(CloseKind::Quiet, why);
       }
@@ -699,6 +707,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool writing_control_ = false;  // the frame in flight is control_.front(), else queue_.front()
   std::size_t write_counted_ = 0;  // bytes of the frame in flight already added to bytes_sent
+  std::uint32_t unanswered_ = 0;   // the remote closed: our frames it left unanswered (take_unanswered)
 };
 
 // ---- Impl (io thread) ----

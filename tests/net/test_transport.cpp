@@ -681,6 +681,40 @@ TEST_CASE("transport: a peer that closes with our messages unanswered is reporte
   }
 }
 
+// The same when the remote stops in the middle of a frame it was sending us: a finished peer
+// whose reply to the peer on S4's 10 Mbit link had not drained in its 3 s flush. The cut frame
+// is bad input (rejected, as before), and what we sent it is reported as not delivered.
+TEST_CASE("transport: a peer cut off in the middle of its frame to us is reported with our messages unanswered") {
+  std::atomic<bool> hold{true};
+  std::atomic<int> got{0};
+  Recorder rec;
+  TransportEvents ev = rec.events();
+  ev.on_message = [&](const PeerId&, Message&&) {
+    if (got.fetch_add(1) == 0)
+      while (hold.load()) std::this_thread::sleep_for(1ms);  // A reads nothing meanwhile
+  };
+  Transport a(test_config(), ev, nullptr);
+  a.start();
+  Node b, c;
+  a.send(b.id(), make_message(MsgType::ExchangeRequest, 40, 1000, 1));
+  REQUIRE(wait_until([&] { return b.rec.n_messages() == 1; }, 3.0));
+  c.t->send(a.local_id(), make_message(MsgType::Ping, 4, 0, 2));
+  REQUIRE(wait_until([&] { return got.load() == 1; }, 3.0));  // A's I/O thread is held
+  b.t->send(a.local_id(), make_message(MsgType::ExchangeReply, 16, 32u << 20, 3));  // more than the sockets hold
+  std::this_thread::sleep_for(100ms);
+  b.t->stop();  // the rest of the frame is dropped
+  hold = false;
+  REQUIRE(wait_until([&] { return rec.n_send_failed() == 1; }, 3.0));
+  const auto n = rec.send_failed_at(0);
+  CHECK(n.peer == b.id());
+  INFO(n.reason);
+  CHECK(n.reason.find("mid-frame") != std::string::npos);
+  CHECK(n.reason.find("1 message(s) we sent it unanswered") != std::string::npos);
+  CHECK(rec.n_rejected() == 1);
+  CHECK(got.load() == 1);  // the cut reply never arrived
+  a.stop();
+}
+
 TEST_CASE("transport: stop() is prompt and idempotent") {
   auto a = std::make_unique<Node>();
   Node b;
