@@ -44,15 +44,26 @@ TEST_CASE("elastic: a joiner's first evaluation is within 2 points of its neighb
   REQUIRE(!evals.empty());
   REQUIRE(metric_lines(jm, "state_received").size() == 1);
   const double first = field(evals.front(), "test_acc");
-  // The neighbours' accuracy around then: peer 1's eval lines bracket the join.
-  const auto n1 = metric_lines(s.metrics(1), "eval");
-  double best = 0;
-  for (const auto& l : n1) best = std::max(best, field(l, "test_acc"));
-  const double around = field(n1[n1.size() / 2], "test_acc");
-  INFO("joiner first eval " << first << ", neighbour mid-run " << around << ", best " << best);
+  const double step = field(evals.front(), "step");
+  // The neighbours at the same point of training: their evaluations within 100 steps of the
+  // step the joiner received. (An earlier form compared with peer 1's evaluation in the middle of
+  // its run, hundreds of steps later when the joiner came early, and failed once in about 20
+  // CI runs: 0.8131 against 0.8581, where peer 1 had been at 0.8493 three steps after the join.)
+  double lo = 1, hi = 0;
+  for (std::size_t i = 0; i < 3; ++i)
+    for (const auto& l : metric_lines(s.metrics(i), "eval")) {
+      const double st = field(l, "step");
+      if (st > 0 && std::abs(st - step) <= 100) {
+        lo = std::min(lo, field(l, "test_acc"));
+        hi = std::max(hi, field(l, "test_acc"));
+      }
+    }
+  INFO("joiner first eval " << first << " at step " << step << ", the neighbours within 100 steps " << lo << "-" << hi);
+  REQUIRE(hi > 0);
   CHECK(first > 0.7);  // not a random model (0.1)
-  CHECK(std::abs(first - around) <= 0.02 + (best - around));
-  CHECK(field(evals.front(), "step") > 50);  // it took the swarm's step too
+  CHECK(first >= lo - 0.02);
+  CHECK(first <= hi + 0.02);
+  CHECK(step > 50);  // it took the swarm's step too
 }
 
 TEST_CASE("elastic: SIGTERM exits 0 in time and its model reaches a neighbour") {
