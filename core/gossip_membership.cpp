@@ -370,6 +370,13 @@ void Gossip::on_leave(const PeerId& from, const Message& msg) {
     return;
   }
   merge_view(l.view);
+  // News of this leave may have come first through a third member's digest, which gives up
+  // nothing (report_change); the leaver's own Leave comes after whatever it sent us, so an
+  // exchange it has not accepted by now never will be (testbed S4: the peer at home heard of a
+  // fast peer's leave from another, 0.5 s before the fast peer's own Leave, queued behind its
+  // reply on the 10 Mbit link, and then waited out its deadline).
+  if (const std::size_t i = find_out(from); i != static_cast<std::size_t>(-1) && !out_[i].accepted)
+    decline_exchange(i, "the peer left the swarm");
 }
 
 void Gossip::on_leave_ack(const PeerId& from, const Message& msg) {

@@ -369,6 +369,30 @@ TEST_CASE("gossip: a peer that left refuses the x_s of an exchange it replied to
   CHECK(b.stats().answered == 0);
 }
 
+// News of a leave through a third member gives up nothing (its reply or accept may still be on
+// the way: campaign seed 93); the leaver's own Leave, which comes after whatever it sent us, does,
+// even when the news came first (testbed S4: the home peer then waited out its deadline).
+TEST_CASE("gossip: an exchange is given up on the leaver's own Leave, even after news of it through another") {
+  CaptureEnv ea;
+  GossipConfig cfg;
+  cfg.fetch_state = false;
+  std::vector<float> pa{1, 2, 3, 4};
+  Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
+  a.start({});
+  a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
+  a.on_step_done(1, 10);
+  REQUIRE(a.exchanges_in_flight() == 1);
+  a.on_message("c", make_message(MsgType::Ping, PingMsg{2, {MemberDigest{"c", 0, MemberState::Alive, 0},
+                                                           MemberDigest{"b", 0, MemberState::Left, 0}}, {}}));
+  REQUIRE(a.view().find("b"));
+  CHECK(a.view().find("b")->d.state == MemberState::Left);
+  CHECK(a.exchanges_in_flight() == 1);  // through a third: it may overtake b's accept
+  a.on_message("b", make_message(LeaveMsg{0, 5, 1.0, pa.size(), {MemberDigest{"b", 0, MemberState::Left, 0}}}, nullptr));
+  CHECK(a.exchanges_in_flight() == 0);
+  CHECK(a.stats().declined == 1);
+  CHECK(pa == std::vector<float>{1, 2, 3, 4});
+}
+
 TEST_CASE("gossip: a pair has one exchange at a time: no request to a peer we are answering, none answered once ours is") {
   // Seen on loopback: b started a streamed exchange with a; a replied and, before b's x_s had
   // landed, started one with b, which b (the larger id) answered. Both exchanges mixed against
