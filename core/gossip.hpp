@@ -535,6 +535,8 @@ class Gossip {
   // Merges a piggybacked view; handles news about ourselves (refutation).
   void merge_view(const std::vector<MemberDigest>& digests);
   void report_change(const View::Change& c);
+  // On a member's own Leave: the exchange we started with it and it has not accepted, given up.
+  void give_up_on_leaver(const PeerId& leaver);
   void heard_from(const PeerId& peer);
   // We (the responder) mixed `from`'s model: count it and report it with the last distance.
   void responder_done(const PeerId& from, std::uint64_t their_clock, std::uint32_t fragment, PayloadCodec codec);
@@ -665,7 +667,6 @@ class Gossip {
   void on_deadline(TimerKind kind, std::uint64_t seq);
   std::uint64_t ping_seq_ = 0;
   std::uint64_t dead_ping_ = 0;  // ping_dead's turn
-  PeerId direct_leave_;          // while on_leave handles a Leave: its sender
   // SWIM probe in progress.
   struct Probe {
     std::uint64_t seq = 0;

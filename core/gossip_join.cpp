@@ -187,18 +187,7 @@ void Gossip::report_change(const View::Change& c) {
       break;
     case MemberState::Left: {
       if (c.before) env_.event(ev(K::Leave, c.id));
-      // A member that left answers nothing more: an exchange we started with it and that it
-      // has not accepted will never be (a finished peer announces its leave once it is done,
-      // possibly with our request unanswered in its inbox). Give it up now rather than at its
-      // deadline: it holds one of our max_in_flight slots, and settling waits on it. Only on
-      // the leaver's own Leave, though: on its link, what it sent before (a reply, an accept)
-      // came first, so nothing was mixed on its side. News through a third member's digest can
-      // overtake its reply or accept, and the half the leaver applied would be lost (the
-      // simulator's conservation invariant found it: campaign seeds 93 and 150,
-      // tests/sim/test_campaign.cpp): that exchange waits for its accept or its deadline.
-      const std::size_t i = find_out(c.id);
-      if (i != static_cast<std::size_t>(-1) && !out_[i].accepted && c.id == direct_leave_)
-        decline_exchange(i, "the peer left the swarm");
+      // An exchange with it is given up on its own Leave only (Gossip::give_up_on_leaver).
       if (overlay_) overlay_lost(c.id, true);
       break;
     }

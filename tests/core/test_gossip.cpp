@@ -286,19 +286,33 @@ TEST_CASE("mix: the fused mix + distance pass gives the results of the two separ
   }
 }
 
-TEST_CASE("gossip: a streamed exchange mixes on both sides only once the responder accepted, in either order") {
-  for (bool accept_first : {false, true}) {
-    CaptureEnv ea, eb;
-    GossipConfig cfg;
-    cfg.fetch_state = false;
-    std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
-    Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
-    Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
+// A (params 1..4) has just started a streamed exchange with B (5..8): ea.sent holds its header
+// and x_s, nothing has reached B yet.
+struct StreamedPair {
+  CaptureEnv ea, eb;
+  GossipConfig cfg = [] {
+    GossipConfig c;
+    c.fetch_state = false;
+    return c;
+  }();
+  std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
+  Gossip a{ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa};
+  Gossip b{eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb};
+  StreamedPair() {
     a.start({});
     b.start({});
     a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
     ea.sent.clear();
     a.on_step_done(1, 10);
+  }
+};
+
+TEST_CASE("gossip: a streamed exchange mixes on both sides only once the responder accepted, in either order") {
+  for (bool accept_first : {false, true}) {
+    StreamedPair s;
+    CaptureEnv &ea = s.ea, &eb = s.eb;
+    std::vector<float>&pa = s.pa, &pb = s.pb;
+    Gossip &a = s.a, &b = s.b;
     REQUIRE(ea.sent.size() == 2);
     CHECK(ea.sent[0].second.type == MsgType::ExchangeRequest);
     CHECK(!ea.sent[0].second.payload);  // the header goes first, without x_s
@@ -337,17 +351,10 @@ TEST_CASE("gossip: a streamed exchange mixes on both sides only once the respond
 // slow link: S4's home peer). Its model is final: it mixes nothing, and says so at once, so
 // that the initiator does not wait for the accept until its deadline.
 TEST_CASE("gossip: a peer that left refuses the x_s of an exchange it replied to before: busy, nobody mixes") {
-  CaptureEnv ea, eb;
-  GossipConfig cfg;
-  cfg.fetch_state = false;
-  std::vector<float> pa{1, 2, 3, 4}, pb{5, 6, 7, 8};
-  Gossip a(ea, cfg, MemberDigest{"a", 0, MemberState::Alive, 0}, "fp", pa);
-  Gossip b(eb, cfg, MemberDigest{"b", 0, MemberState::Alive, 0}, "fp", pb);
-  a.start({});
-  b.start({});
-  a.on_message("b", make_message(MsgType::Ping, PingMsg{1, {MemberDigest{"b", 0, MemberState::Alive, 0}}, {}}));
-  ea.sent.clear();
-  a.on_step_done(1, 10);
+  StreamedPair s;
+  CaptureEnv &ea = s.ea, &eb = s.eb;
+  std::vector<float>&pa = s.pa, &pb = s.pb;
+  Gossip &a = s.a, &b = s.b;
   REQUIRE(ea.sent.size() == 2);
   b.on_message("a", ea.sent[0].second);  // the header: B replies
   REQUIRE(eb.sent.size() == 1);
