@@ -77,7 +77,8 @@ void Gossip::start(const std::vector<PeerId>& seeds) {
   state_ready_ = joined_ || !cfg_.fetch_state;
   if (!joined_) {
     send_join_requests();
-    env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
+    join_retry_gap_ = std::min(GossipConfig::kJoinRetryFirst, cfg_.join_retry_s);
+    env_.set_timer(join_retry_gap_, timer_id(kJoinRetry, ++timer_seq_));
     if (std::isfinite(cfg_.join_timeout_s)) env_.set_timer(cfg_.join_timeout_s, timer_id(kJoinDeadline, ++timer_seq_));
   }
   env_.set_timer(cfg_.probe_interval_s, timer_id(kProbe, ++timer_seq_));
@@ -694,7 +695,8 @@ void Gossip::on_timer(std::uint64_t id) {
     case kJoinRetry:
       if (!joined_ && !join_failed_) {
         send_join_requests();
-        env_.set_timer(cfg_.join_retry_s, timer_id(kJoinRetry, ++timer_seq_));
+        join_retry_gap_ = std::min(2 * join_retry_gap_, cfg_.join_retry_s);
+        env_.set_timer(join_retry_gap_, timer_id(kJoinRetry, ++timer_seq_));
       }
       break;
     case kJoinDeadline:

@@ -159,7 +159,7 @@ const Knob kKnobs[] = {
     {"suspect_after", "gossip", T::Count, 1, 1000, nullptr, "failures", kTune,
      "Suspect a peer after this many failed exchanges in a row", kAll, RUMOR_FIELD(gossip.suspect_after_failures)},
     {"join_retry", "gossip", T::Seconds, 0.01, 600, nullptr, "s", kTune,
-     "Seconds between join requests to the join list until one answers", kAll, RUMOR_FIELD(gossip.join_retry_s)},
+     "Longest gap between join requests to the join list until one answers (the first resend after 50 ms, each gap doubling up to this)", kAll, RUMOR_FIELD(gossip.join_retry_s)},
     {"digest_limit", "gossip", T::Count, 1, 100000, nullptr, "members", kTune,
      "Members piggybacked on every message (membership gossip; partial views send 6 at most: their own, 2 recent changes, 3 sampled)", kAll, RUMOR_FIELD(gossip.digest_limit)},
     {"state_timeout", "gossip", T::Seconds, 0.01, 3600, nullptr, "s", kTune,

@@ -113,3 +113,39 @@ TEST_CASE("join: a founder reached by joiners before the deadline is in a swarm,
   CHECK(a.g->view().live_count() == 2);
   CHECK(x.g->view().live_count() == 2);
 }
+
+TEST_CASE("join: resends start 50 ms apart and double up to join_retry, so a seed a few ms late costs a few ms") {
+  Cluster c;
+  std::vector<double> sent;  // b's JoinRequests
+  c.drop = [&](const PeerId& from, const PeerId&, const Message& m) {
+    if (from == "b" && m.type == MsgType::JoinRequest) sent.push_back(c.now);
+    return false;
+  };
+  // Launched together: b is ready 40 ms before its seed listens (its first request is refused).
+  Node& b = c.add("b", random_params(3, 1), {"a"}, 1);
+  c.run(0.04);
+  CHECK(b.g->joining());
+  c.add("a", random_params(3, 2), {}, 2);
+  c.run(0.07);  // the resend at 50 ms, not a flat join_retry (1 s) later
+  CHECK(b.g->joined());
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[1] == doctest::Approx(0.05));
+
+  // Nobody up: the gaps double from 50 ms and stay at join_retry.
+  Cluster d;
+  d.cfg.join_retry_s = 0.5;
+  std::vector<double> at;
+  d.drop = [&](const PeerId& from, const PeerId&, const Message& m) {
+    if (from == "p" && m.type == MsgType::JoinRequest) at.push_back(d.now);
+    return false;
+  };
+  Node& p = d.add("p", random_params(3, 1), {"absent"}, 1);
+  d.run(3.0);
+  CHECK(p.g->joining());
+  const std::vector<double> gaps_expected = {0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5, 0.5};
+  REQUIRE(at.size() == gaps_expected.size() + 1);  // at 0, 0.05, 0.15, 0.35, 0.75, 1.25, ..., 2.75
+  for (std::size_t i = 0; i < gaps_expected.size(); ++i) {
+    INFO("gap " << i);
+    CHECK(at[i + 1] - at[i] == doctest::Approx(gaps_expected[i]));
+  }
+}
