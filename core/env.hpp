@@ -51,6 +51,15 @@ struct ProtocolEvent {
 
 const char* event_kind_name(ProtocolEvent::Kind k);
 
+// A peer's CPU clocks, where its front end has them (Env::cpu(); total < 0: none). `total`:
+// the CPU the peer has used, in any unit (the daemon: its process's CPU seconds, every thread;
+// the simulator: its charged compute); `protocol`: the part of it spent in the protocol's
+// handlers (messages, timers, starting an exchange: snapshot, codec, hash, mix), in the same
+// unit. --local-steps auto counts an exchange's own CPU in its cost (Gossip::exchange_cpu_seconds).
+struct CpuClocks {
+  double total = -1, protocol = 0;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -65,6 +74,7 @@ class Env {
   virtual void disconnect(const PeerId& peer) = 0;
   virtual Rng& rng() = 0;
   virtual void event(const ProtocolEvent& e) = 0;
+  virtual CpuClocks cpu() const { return {}; }
 };
 
 }  // namespace rumor

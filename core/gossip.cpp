@@ -111,18 +111,51 @@ void Gossip::on_step_done(std::uint64_t clock, std::uint64_t samples) {
     // of a core, stepping 1 ms steps for 30 ms of each 100, for a 1 ms step, and set H 3.3
     // times what exchange_share asks (docs/ARCHITECTURE.md "Local steps chosen by the peer").
     const double now = env_.now();
+    bool counted = false;
     if (last_step_at_ >= 0) {
       const double dt = now - last_step_at_, est = step_seconds();
       if (!(est > 0) || dt < std::max(20 * est, kPauseGap)) {
         const double decay = std::exp(-dt / kStepTau);
         step_time_sum_ = step_time_sum_ * decay + dt;
         step_count_sum_ = step_count_sum_ * decay + 1;
+        cpu_sum_ *= decay;
+        protocol_cpu_sum_ *= decay;
+        handled_sum_ *= decay;
+        counted = true;
       }
     }
     last_step_at_ = now;
+    // The CPU clocks (exchange_cpu_seconds) at most every kCpuRead seconds, and after a pause
+    // (whose CPU, an evaluation's say, is left out): reading a process's CPU clock makes the
+    // kernel account its running thread at once, and under a CFS quota throttles it there.
+    if (!counted || now - cpu_read_at_ >= kCpuRead) {
+      const CpuClocks cpu = env_.cpu();
+      const std::uint64_t handled = stats_.exchanges + stats_.answered;
+      if (counted && cpu.total >= 0 && last_cpu_total_ >= 0) {
+        cpu_sum_ += std::max(0.0, cpu.total - last_cpu_total_);
+        protocol_cpu_sum_ += std::max(0.0, cpu.protocol - last_cpu_protocol_);
+        handled_sum_ += static_cast<double>(handled - last_handled_);
+      }
+      last_cpu_total_ = cpu.total;
+      last_cpu_protocol_ = cpu.protocol;
+      last_handled_ = handled;
+      cpu_read_at_ = now;
+    }
   }
   if (steps_since_exchange_ >= local_steps_now() && out_.size() < cfg_.max_in_flight && state_ready_ && !leaving_)
     start_exchange();
+}
+
+double Gossip::compute_seconds() const {
+  const double s = step_seconds();
+  if (!(cpu_sum_ > 0)) return s;
+  return s * (1 - std::clamp(protocol_cpu_sum_ / cpu_sum_, 0.0, 0.9));
+}
+
+double Gossip::exchange_cpu_seconds() const {
+  if (!(cpu_sum_ > 0) || !(handled_sum_ >= 2) || !(step_time_sum_ > 0)) return 0;
+  const double per_wall_second = cpu_sum_ / step_time_sum_;
+  return protocol_cpu_sum_ / handled_sum_ / per_wall_second;
 }
 
 double Gossip::RttWindow::min() const {
@@ -301,13 +334,19 @@ void Gossip::note_round_trip(double seconds, PayloadCodec codec, const PeerId& p
   RttWindow& w = all_links_.windows[slot];
   add_round_trip(w, ++all_links_.count, kRttFresh, seconds);
   if (!(step_seconds() > 0)) return;
-  const double budget = cfg_.exchange_share * step_seconds();
+  const double budget = cfg_.exchange_share * compute_seconds();
   double h = std::max(1.0, std::ceil(w.min() / budget));
   if (auto_codec) {
     h = choose_codec(all_links_, codec, budget);
     choose_codec(*link, codec, budget);
   }
   if (cfg_.local_steps) return;
+  // An exchange's own CPU is part of its cost. On a peer with a small share of a core the
+  // round trip misses most of it: S2's straggler, at 0.075 of a core, timed 1.2-1.9 ms round
+  // trips whenever its CFS quota lasted (and 93-100 ms when it ran out); by the round trips
+  // alone its H was 1 at 5 of its 8 evaluations, and it started 251 exchanges in 705 steps
+  // (docs/ARCHITECTURE.md "Local steps chosen by the peer").
+  h = std::max(h, std::ceil(exchange_cpu_seconds() / budget));
   // Until the window is full, H grows at most 8-fold per round trip: the first ones come while the
   // partners load, evaluate step 0 or wait for a core slice, and the shortest of one or two
   // such is no measure of the link. Unchecked, one 95 ms round trip at the start on a testbed

@@ -640,6 +640,18 @@ class Gossip {
   static constexpr double kStepTau = 2.0, kPauseGap = 0.25;
   double last_step_at_ = -1, step_time_sum_ = 0, step_count_sum_ = 0;
   double step_seconds() const { return step_count_sum_ > 0 ? step_time_sum_ / step_count_sum_ : 0; }
+  // With the front end's CPU clocks (Env::cpu()), over the same steps: the CPU used, all of it
+  // and the protocol's part, and the exchanges completed in either role.
+  double cpu_sum_ = 0, protocol_cpu_sum_ = 0, handled_sum_ = 0;
+  double last_cpu_total_ = -1, last_cpu_protocol_ = 0, cpu_read_at_ = -1;
+  std::uint64_t last_handled_ = 0;
+  static constexpr double kCpuRead = 0.1;
+  // The wall time per step of training alone: step_seconds() less the protocol's share of
+  // the CPU (all of it without CPU clocks).
+  double compute_seconds() const;
+  // What one exchange's own CPU (either role) costs this peer in wall time: its CPU over the
+  // CPU the peer gets per wall second. 0 without CPU clocks or before two exchanges.
+  double exchange_cpu_seconds() const;
   CodecLinks all_links_;  // all our round trips: H, and the windows a new partner borrows (borrow_links)
   std::uint64_t new_link_probe_at_ = kRetryNew;  // all_links_.count of a new link's next probe
   bool outer_paused_ = false;  // pause_outer

@@ -34,6 +34,8 @@
 
 #include <asio.hpp>
 #include <linux/sockios.h>
+#include <pthread.h>
+#include <time.h>
 #include <sys/ioctl.h>
 #include <asio/ssl.hpp>
 #include <atomic>
@@ -127,6 +129,7 @@ struct TransportCore {
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
   std::thread thread;
+  std::optional<clockid_t> io_clock;  // the thread's CPU clock (start(); io_cpu_seconds())
   std::mutex join_mu;
 
   std::atomic<bool> started{false};
@@ -883,6 +886,8 @@ void Transport::start() {
   t.do_accept();
   t.started = true;
   t.thread = std::thread([&t] { t.io.run(); });
+  clockid_t clock{};
+  if (pthread_getcpuclockid(t.thread.native_handle(), &clock) == 0) t.io_clock = clock;
   t.log->info("net: listening on {}{}{}", t.local, t.tls ? ", TLS 1.3 with mutual certificates" : "",
                t.cfg.swarm_key.empty() ? "" : ", swarm key required");
 }
@@ -980,6 +985,13 @@ void Transport::disconnect(const PeerId& peer) {
       if (s->names(peer)) victims.push_back(s);
     for (const auto& s : victims) s->close(CloseKind::Quiet, "disconnected locally");
   });
+}
+
+double Transport::io_cpu_seconds() const {
+  const Impl& t = *impl_;
+  timespec ts{};
+  if (!t.io_clock || t.stopped.load() || clock_gettime(*t.io_clock, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 TransportStats Transport::stats() const {

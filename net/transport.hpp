@@ -103,6 +103,10 @@ class Transport {
   void disconnect(const PeerId& peer);
 
   TransportStats stats() const;
+  // The I/O thread's CPU seconds so far (framing, hashing and checking payloads, the sockets'
+  // system calls); -1 before start() or once the thread has ended. Call it from the thread
+  // that called start().
+  double io_cpu_seconds() const;
 
  private:
   struct Impl;

@@ -236,7 +236,7 @@ int Daemon::run() {
           rt.sleep_for(dt * (cfg_.throttle - 1.0));
           dt = seconds_since(t0);
         }
-        loop.step_done(loss, dt, cfg_.batch);
+        rt.step_done(loss, dt, cfg_.batch);
         if (!cfg_.checkpoint_dir.empty() && seconds_since(last_checkpoint) >= cfg_.checkpoint_every_s) {
           save_checkpoint();
           last_checkpoint = Clock::now();

@@ -11,6 +11,9 @@
 #include <cmath>
 #include <thread>
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include "core/codec.hpp"
 #include "core/env.hpp"
 #include "core/overlay.hpp"
@@ -27,6 +30,25 @@ namespace rumor::peer {
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr double kStopPoll = 0.02;  // how often a wait looks at the stop flag (signals set it)
+
+double cpu_clock_seconds(clockid_t id) {
+  timespec ts{};
+  if (clock_gettime(id, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The calling thread's CPU seconds, as the kernel last accounted them (at its last tick or
+// switch). Unlike CLOCK_THREAD_CPUTIME_ID and CLOCK_PROCESS_CPUTIME_ID, reading it does not
+// make the kernel account the running thread there and then, which under a CFS quota would
+// throttle the thread at the read: read around every drain and step, those clocks took the
+// throttled time out of the steps, and a peer capped at 0.4 of a core reported the samples/s
+// of a whole one (tests/testbed "testbed cpu"). Over many reads the difference is unbiased.
+double thread_cpu_seconds() {
+  rusage r{};
+  if (getrusage(RUSAGE_THREAD, &r) != 0) return -1;
+  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return secs(r.ru_utime) + secs(r.ru_stime);
+}
 }  // namespace
 
 std::uint64_t id_hash(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
@@ -47,6 +69,14 @@ class Runtime::RealEnv final : public Env {
   void disconnect(const PeerId& peer) override { t_.disconnect(peer); }
   Rng& rng() override { return rng_; }
   void event(const ProtocolEvent& e) override;
+  // The process's CPU (every thread: a CPU cap holds them all); the protocol's part: the
+  // compute thread's CPU inside the protocol's handlers (Runtime::drain, Runtime::step_done:
+  // ProtocolCpu) and the transport's I/O thread (it frames, hashes and checks every payload).
+  CpuClocks cpu() const override {
+    const double io = t_.io_cpu_seconds();
+    return {cpu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID), protocol_cpu + std::max(io, 0.0)};
+  }
+  double protocol_cpu = 0;
   std::uint64_t settle_bytes0 = 0;  // bytes sent when the current settling began (Runtime::next_action)
   // The HTTP endpoint counts events as they come (null: none), and the bytes of the snapshot
   // each exchange sent, read off Gossip's totals (`gossip`, set once the loop exists).
@@ -366,9 +396,31 @@ void Runtime::finish(double flush_s) {
   close(flush_s);
 }
 
+// Adds the calling thread's CPU from here to the end of the scope to Env::cpu()'s protocol part.
+class Runtime::ProtocolCpu {
+ public:
+  explicit ProtocolCpu(RealEnv& env) : env_(env), start_(thread_cpu_seconds()) {}
+  ~ProtocolCpu() {
+    const double end = thread_cpu_seconds();
+    if (start_ >= 0 && end >= start_) env_.protocol_cpu += end - start_;
+  }
+  ProtocolCpu(const ProtocolCpu&) = delete;
+  ProtocolCpu& operator=(const ProtocolCpu&) = delete;
+
+ private:
+  RealEnv& env_;
+  double start_;
+};
+
+void Runtime::step_done(double loss, double seconds, std::uint64_t samples) {
+  const ProtocolCpu cpu(*env_);
+  loop_->step_done(loss, seconds, samples);
+}
+
 bool Runtime::drain() {
   auto items = inbox_->take_all();
   if (items.empty()) return false;
+  const ProtocolCpu cpu(*env_);
   if (on_params_written) on_params_written();
   Gossip& g = loop_->gossip();
   for (InboxItem& it : items) {

@@ -102,6 +102,10 @@ class Runtime {
   // passed now + seconds: a throttled step's stretch.
   void sleep_for(double seconds, const std::atomic<bool>* stop = nullptr);
 
+  // The loop's step_done, its CPU counted as the protocol's (Env::cpu(): an exchange it starts
+  // snapshots, encodes and hashes the model). The daemon and the Python module call this.
+  void step_done(double loss, double seconds, std::uint64_t samples);
+
   PeerLoop& loop() { return *loop_; }
   const PeerLoop& loop() const { return *loop_; }
   Gossip& gossip() { return loop_->gossip(); }
@@ -139,6 +143,7 @@ class Runtime {
   std::unique_ptr<Inbox> inbox_;
   std::unique_ptr<net::Transport> transport_;
   std::unique_ptr<MetricsEndpoint> endpoint_;  // null without --metrics-listen
+  class ProtocolCpu;
   std::unique_ptr<RealEnv> env_;
   std::unique_ptr<PeerLoop> loop_;
   PeerId id_;

@@ -257,7 +257,7 @@ bool Node::end_step(double loss, double seconds, std::uint64_t samples, double w
   shadow_current_ = false;  // the buffer now holds the live parameters
   ++steps_;
   samples_ += samples;
-  rt_->loop().step_done(loss, seconds, samples);
+  rt_->step_done(loss, seconds, samples);
   if (!until_step(wait_timeout_s)) throw_not_ready("the staleness bound held this peer back", wait_timeout_s);
   return take_delta();
 }

@@ -74,6 +74,7 @@ void Simulation::Impl::open_peer(Peer& p) {
   p.served = false;
   p.wait_until = -1;
   p.pending_cpu = 0;
+  p.cpu_total = p.cpu_protocol = 0;
   const Rng root(s.seed);
   p.compute_rng = root.fork(streams::kComputeBase + p.index).fork(p.life);
   if (s.time_slice > 0 || s.classes[p.cls].capped_in_windows()) {
@@ -222,6 +223,7 @@ void Simulation::Impl::begin_step(Peer& p) {
   p.busy = true;
   const double work = draw_step(p) + p.pending_cpu;
   p.pending_cpu = 0;
+  p.cpu_total += work;
   p.step_end_at = cpu_end(p, now, work);
   p.step_seconds = p.step_end_at - now;
   schedule(cpu_end(p, now, s.mid_fraction * work), EventKind::StepMid, p.index, p.life);

@@ -135,6 +135,10 @@ struct Peer {
   Rng compute_rng;
   std::vector<std::uint32_t> stragglers;  // indices of the straggler lines that name it
   double started_at = 0, step_end_at = 0, step_seconds = 0, pending_cpu = 0, last_loss = 0;
+  // Env::cpu() for --local-steps auto: the compute charged to its steps (each step's work,
+  // exchange CPU included) and the exchange CPU charged (compute.exchange_cpu per payload
+  // message sent or received), both in seconds of its own (capped) pace.
+  double cpu_total = 0, cpu_protocol = 0;
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
   double final_acc = kNaN, final_loss = kNaN;
   // An evaluation in progress: its "eval" line waits for the pause's end (Resume), as the
@@ -324,6 +328,11 @@ class SimEnv final : public Env {
   void disconnect(const PeerId&) override {}  // connections are not modelled
   Rng& rng() override { return rng_; }
   void event(const ProtocolEvent& e) override { w_.protocol_event(peer_, e); }
+  CpuClocks cpu() const override {
+    if (!w_.s.training) return {};
+    const Peer& p = w_.peers[peer_];
+    return {p.cpu_total, p.cpu_protocol};
+  }
 
  private:
   Simulation::Impl& w_;

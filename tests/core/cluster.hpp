@@ -35,6 +35,8 @@ struct FixtureEnv final : Env {
   void disconnect(const PeerId& p) override { disconnected.push_back(p); }
   Rng& rng() override { return r; }
   void event(const ProtocolEvent& e) override { events.push_back(e); }
+  std::function<CpuClocks()> cpu_clocks;  // Env::cpu(), when set
+  CpuClocks cpu() const override { return cpu_clocks ? cpu_clocks() : CpuClocks{}; }
   std::size_t count(ProtocolEvent::Kind k) const {
     std::size_t n = 0;
     for (const auto& e : events) n += e.kind == k;

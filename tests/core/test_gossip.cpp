@@ -843,6 +843,72 @@ TEST_CASE("gossip: local_steps = auto times a step by the wall time it takes, a 
   }
 }
 
+TEST_CASE("gossip: local_steps = auto counts an exchange's own CPU, so a peer at a small share of a core keeps the protocol near exchange_share") {
+  // Two peers at 0.075 of a core, as S2's straggler: a step is 0.75 ms of CPU, 10 ms of wall
+  // time; each payload message sent or received takes 0.3 ms of CPU, 4 ms of steps. Their
+  // round trips are short (0.5 ms each way, answered at once), so by the round trip alone H is
+  // 1 and the exchanges (their own and the other's) take most of the wall time. With the CPU
+  // clocks (Env::cpu()) an exchange costs its CPU over the CPU per wall second, about 8 ms.
+  struct Result {
+    std::uint64_t h[2];
+    double protocol_share[2];  // of the wall time over the last 4 s
+  };
+  const auto run = [](bool clocks) {
+    Cluster c;
+    c.cfg.local_steps = 0;
+    c.latency = 0.0005;
+    struct Cpu {
+      double total = 0, protocol = 0, stretch = 0, stretched = 0;
+    };
+    std::map<PeerId, Cpu> cpu;
+    const auto charge = [&](const PeerId& id) {
+      auto it = cpu.find(id);
+      if (it == cpu.end()) return;
+      it->second.total += 0.3e-3;
+      it->second.protocol += 0.3e-3;
+      it->second.stretch += 0.004;
+    };
+    c.drop = [&](const PeerId& from, const PeerId& to, const Message& m) {
+      if (m.payload) {
+        charge(from);
+        charge(to);
+      }
+      return false;
+    };
+    c.local_step = [&](Node& n) { cpu[n.env.self].total += 0.75e-3; };
+    c.step_gap = [&](const Node& n) {
+      Cpu& k = cpu[n.env.self];
+      const double gap = 0.010 + k.stretch;
+      if (c.now >= 4.0) k.stretched += k.stretch;
+      k.stretch = 0;
+      return gap;
+    };
+    cpu["s0"];
+    cpu["s1"];
+    Node& a = c.add("s0", std::vector<float>(64, 1.0f), {}, 1);
+    Node& b = c.add("s1", std::vector<float>(64, 2.0f), {"s0"}, 2);
+    if (clocks) {
+      a.env.cpu_clocks = [&] { return CpuClocks{cpu["s0"].total, cpu["s0"].protocol}; };
+      b.env.cpu_clocks = [&] { return CpuClocks{cpu["s1"].total, cpu["s1"].protocol}; };
+    }
+    c.run(8.0);
+    return Result{{a.g->local_steps_now(), b.g->local_steps_now()},
+                  {cpu["s0"].stretched / 4.0, cpu["s1"].stretched / 4.0}};
+  };
+  const Result with = run(true), without = run(false);
+  INFO("H with CPU clocks " << with.h[0] << "/" << with.h[1] << ", protocol " << with.protocol_share[0] << "/"
+                            << with.protocol_share[1] << "; without " << without.h[0] << "/" << without.h[1]
+                            << ", protocol " << without.protocol_share[0] << "/" << without.protocol_share[1]);
+  for (int i = 0; i < 2; ++i) {
+    // Its own exchanges within exchange_share (0.2) of its steps, the other's on top.
+    CHECK(with.h[i] >= 4);
+    CHECK(with.protocol_share[i] < 0.35);
+    // The round trip alone: H 1 or 2, and the protocol takes over half the wall time.
+    CHECK(without.h[i] <= 2);
+    CHECK(without.protocol_share[i] > 0.5);
+  }
+}
+
 TEST_CASE("gossip: chunk headers that do not fit the model are refused as bad input and change nothing") {
   const std::size_t n = 200'000;
   struct Case {
