@@ -396,13 +396,16 @@ void Runtime::finish(double flush_s) {
   close(flush_s);
 }
 
-// Adds the calling thread's CPU from here to the end of the scope to Env::cpu()'s protocol part.
+// Adds the calling thread's CPU from here to the end of the scope to Env::cpu()'s protocol part,
+// when Gossip reads it (Gossip::uses_cpu_clocks(): two system calls a step otherwise spent for
+// nothing, and inside a step's timed part where the drain runs, which --throttle multiplies).
 class Runtime::ProtocolCpu {
  public:
-  explicit ProtocolCpu(RealEnv& env) : env_(env), start_(thread_cpu_seconds()) {}
+  ProtocolCpu(RealEnv& env, bool on) : env_(env), start_(on ? thread_cpu_seconds() : -1) {}
   ~ProtocolCpu() {
+    if (start_ < 0) return;
     const double end = thread_cpu_seconds();
-    if (start_ >= 0 && end >= start_) env_.protocol_cpu += end - start_;
+    if (end >= start_) env_.protocol_cpu += end - start_;
   }
   ProtocolCpu(const ProtocolCpu&) = delete;
   ProtocolCpu& operator=(const ProtocolCpu&) = delete;
@@ -413,14 +416,14 @@ class Runtime::ProtocolCpu {
 };
 
 void Runtime::step_done(double loss, double seconds, std::uint64_t samples) {
-  const ProtocolCpu cpu(*env_);
+  const ProtocolCpu cpu(*env_, loop_->gossip().uses_cpu_clocks());
   loop_->step_done(loss, seconds, samples);
 }
 
 bool Runtime::drain() {
   auto items = inbox_->take_all();
   if (items.empty()) return false;
-  const ProtocolCpu cpu(*env_);
+  const ProtocolCpu cpu(*env_, loop_->gossip().uses_cpu_clocks());
   if (on_params_written) on_params_written();
   Gossip& g = loop_->gossip();
   for (InboxItem& it : items) {
