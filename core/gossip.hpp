@@ -300,9 +300,10 @@ class Gossip {
   // H now: cfg.local_steps, or with local_steps = 0 (auto) the measured choice
   // (GossipConfig::exchange_share); 1 until a round trip and two steps have been timed.
   std::uint64_t local_steps_now() const { return cfg_.local_steps ? cfg_.local_steps : auto_local_steps_; }
-  // H is chosen by the peer (local_steps = 0), which then reads Env::cpu(): a front end whose
-  // CPU clocks cost something to keep need not keep them otherwise.
-  bool uses_cpu_clocks() const { return !cfg_.local_steps; }
+  // H or the codec is chosen by the peer (local_steps = 0 or codec auto), whose budget then
+  // reads Env::cpu(): a front end whose CPU clocks cost something to keep need not keep them
+  // otherwise.
+  bool uses_cpu_clocks() const { return auto_timing(); }
   // The codec in use (the eval lines' `codec`): cfg.codec, or with codec = Auto the codec of
   // the last exchange we started (before any, none).
   PayloadCodec codec_now() const { return cfg_.codec != PayloadCodec::Auto ? cfg_.codec : last_codec_; }

@@ -82,9 +82,7 @@ void Simulation::Impl::handle(Peer& p, const Input& in) {
       const std::uint32_t from = slots[in.arg].from;
       const Message m = std::move(slots[in.arg].msg);
       free_slot(in.arg);
-      const double cpu = payload_share(m) * s.classes[p.cls].exchange_cpu;
-      p.pending_cpu += cpu;
-      p.cpu_protocol += cpu;
+      p.charge_exchange_cpu(payload_share(m) * s.classes[p.cls].exchange_cpu);
       p.gossip()->on_message(peers[from].id, m);
       break;
     }
@@ -178,8 +176,7 @@ void Simulation::Impl::send(std::uint32_t from, const PeerId& to_id, Message msg
   // shared cores. Without the path, exchanges completed about twice as often per step as a
   // real quickstart's (docs/sim.md, "Calibration").
   const double share = payload_share(msg);
-  f.pending_cpu += share * s.classes[f.cls].exchange_cpu;
-  f.cpu_protocol += share * s.classes[f.cls].exchange_cpu;
+  f.charge_exchange_cpu(share * s.classes[f.cls].exchange_cpu);
   const double path = share * (s.classes[f.cls].exchange_cpu + s.classes[t.cls].exchange_cpu) * cpu_factor();
   double at = net->transmit(from, ti, bytes, now, path);
   if (at < 0) {

@@ -139,6 +139,11 @@ struct Peer {
   // exchange CPU included) and the exchange CPU charged (compute.exchange_cpu per payload
   // message sent or received), both in seconds of its own (capped) pace.
   double cpu_total = 0, cpu_protocol = 0;
+  // A payload's exchange CPU: on its next step, and on its protocol clock.
+  void charge_exchange_cpu(double cpu) {
+    pending_cpu += cpu;
+    cpu_protocol += cpu;
+  }
   std::uint64_t bytes_sent = 0, bytes_recv = 0;
   double final_acc = kNaN, final_loss = kNaN;
   // An evaluation in progress: its "eval" line waits for the pause's end (Resume), as the

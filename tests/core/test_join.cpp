@@ -114,13 +114,18 @@ TEST_CASE("join: a founder reached by joiners before the deadline is in a swarm,
   CHECK(x.g->view().live_count() == 2);
 }
 
+// The times at which `peer` sends a JoinRequest in `c` (nothing dropped).
+static void record_join_requests(Cluster& c, const PeerId& peer, std::vector<double>& at) {
+  c.drop = [&c, peer, &at](const PeerId& from, const PeerId&, const Message& m) {
+    if (from == peer && m.type == MsgType::JoinRequest) at.push_back(c.now);
+    return false;
+  };
+}
+
 TEST_CASE("join: resends start 50 ms apart and double up to join_retry, so a seed a few ms late costs a few ms") {
   Cluster c;
   std::vector<double> sent;  // b's JoinRequests
-  c.drop = [&](const PeerId& from, const PeerId&, const Message& m) {
-    if (from == "b" && m.type == MsgType::JoinRequest) sent.push_back(c.now);
-    return false;
-  };
+  record_join_requests(c, "b", sent);
   // Launched together: b is ready 40 ms before its seed listens (its first request is refused).
   Node& b = c.add("b", random_params(3, 1), {"a"}, 1);
   c.run(0.04);
@@ -135,10 +140,7 @@ TEST_CASE("join: resends start 50 ms apart and double up to join_retry, so a see
   Cluster d;
   d.cfg.join_retry_s = 0.5;
   std::vector<double> at;
-  d.drop = [&](const PeerId& from, const PeerId&, const Message& m) {
-    if (from == "p" && m.type == MsgType::JoinRequest) at.push_back(d.now);
-    return false;
-  };
+  record_join_requests(d, "p", at);
   Node& p = d.add("p", random_params(3, 1), {"absent"}, 1);
   d.run(3.0);
   CHECK(p.g->joining());
