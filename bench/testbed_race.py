@@ -32,6 +32,7 @@ included last in the scenario's predictions.
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import statistics
@@ -253,8 +254,21 @@ def change_report(out_dirs):
 
 
 def med(rows, key):
+    """The median of the rounds' values, the rounds without one left out; for the time to the
+    target, a round that never reached it counts as never (infinitely late), so that one round of
+    three that reached does not make a median: None (shown "-") unless most rounds reached it."""
+    if key == "t_target":
+        v = [math.inf if r[key] is None else r[key] for r in rows]
+        m = statistics.median(v) if v else None
+        return None if m is None or math.isinf(m) else m
     v = [r[key] for r in rows if r[key] is not None]
     return statistics.median(v) if v else None
+
+
+def reached(rows):
+    """' (k/n reached)' where some round's p0 / rank 0 never reached the target, else ''."""
+    k = sum(r["t_target"] is not None for r in rows)
+    return "" if k == len(rows) else f" ({k}/{len(rows)} reached)"
 
 
 def fmt(x, spec=".1f"):
@@ -268,7 +282,7 @@ def err(sim, real):
 
 
 def row(label, rows):
-    return (f"| {label} | {fmt(med(rows, 't_target'))} | {fmt(med(rows, 'acc_min'), '.4f')} / "
+    return (f"| {label} | {fmt(med(rows, 't_target'))}{reached(rows)} | {fmt(med(rows, 'acc_min'), '.4f')} / "
             f"{fmt(med(rows, 'acc_max'), '.4f')} | {fmt(med(rows, 'mb'))} | {fmt(med(rows, 'wall'))} | "
             f"{sum(r['ok'] for r in rows)}/{len(rows)} |")
 

@@ -86,6 +86,7 @@ void PeerLoop::end_pause() {
 void PeerLoop::resume_training() {
   pausing_ = false;
   gossip_.pause_outer(false);
+  stats_.settle_behind_seconds = settle_deadline_.behind(env_.now());
   emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, env_.now() - phase_start_,
        gossip_.stats().last_distance, "pause");
   enter(LoopPhase::Training);
@@ -395,6 +396,7 @@ LoopAction PeerLoop::settle_next() {
     return next();
   }
   if (!pausing_ && (now >= end - 1e-12 || alone || settled || stop_requested_)) {
+    stats_.settle_behind_seconds = settle_deadline_.behind(now);
     emit(ProtocolEvent::Kind::Settled, model_.steps(), exchanges() - settle_before_, now - phase_start_,
          gossip_.stats().last_distance, "");
     if (stop_requested_) return begin_leave();

@@ -143,6 +143,9 @@ class SettleDeadline {
   double end(double settle, double settle_max) const {
     return waited_ ? start_ + std::max(settle, settle_max) : from_ + settle;
   }
+  // Of the time since begin(), that spent with a live member behind our clock: until the last
+  // one caught up, or until now while one still is.
+  double behind(double now) const { return waited_ ? now - start_ : from_ - start_; }
 
  private:
   double start_ = 0, from_ = 0;
@@ -175,6 +178,12 @@ struct LoopStats {
   std::uint64_t interval_samples = 0;
   double training_started = -1;  // env time training began (after the state wait); -1 before
   double training_ended = -1;    // env time the training loop ended
+  // Settling after training (or a pause, PeerLoop::pause): the seconds of it spent waiting for
+  // members still behind our clock (peers that had not finished their own budget), set when it
+  // ends. A large
+  // figure against the training time says the swarm's budget is per peer on machines of
+  // different speeds: a swarm-wide one (LoopSettings::swarm_samples) would share the work.
+  double settle_behind_seconds = 0;
   bool diverged = false;
 };
 

@@ -82,9 +82,13 @@ class Runtime::RealEnv final : public Env {
   // each exchange sent, read off Gossip's totals (`gossip`, set once the loop exists).
   MetricsEndpoint* endpoint = nullptr;
   const Gossip* gossip = nullptr;
+  const PeerLoop* loop = nullptr;  // set once it exists: its settings and stats for the "settled" line
 
  private:
   double exchange_payload_bytes();
+  void hint_swarm_budget(double behind, double settled_for);
+  // The hint above: a wait of at least this long, and this share of the peer's training time.
+  static constexpr double kBehindHintSeconds = 2.0, kBehindHintShare = 0.25;
   std::uint64_t payload_bytes_seen_ = 0, payloads_seen_ = 0;
   net::Transport& t_;
   Inbox& inbox_;
@@ -94,6 +98,23 @@ class Runtime::RealEnv final : public Env {
   std::size_t min_peers_;
   Clock::time_point start_ = Clock::now();
 };
+
+// A peer that finished its own budget and then waited long for members still training is on
+// machines of different speeds with a budget per peer: say what shares the work instead (on
+// the testbed's S2, a straggler at a quarter of the others' CPU, the fast peers trained 3.5 s
+// and waited 16 s; with --swarm-epochs the swarm reached 0.85 in 13.7 s instead of 29.5 s).
+void Runtime::RealEnv::hint_swarm_budget(double behind, double settled_for) {
+  const LoopStats& st = loop->stats();
+  // rumor-peer's training loop ends before settling; the Python module's stays in Training and
+  // settles in a pause, which began `settled_for` ago.
+  const double ended = st.training_ended >= 0 ? st.training_ended : now() - settled_for;
+  const double trained = st.training_started >= 0 ? std::max(0.0, ended - st.training_started) : 0.0;
+  if (loop->settings().swarm_samples || behind < kBehindHintSeconds || behind < kBehindHintShare * trained) return;
+  log_.warn("settling waited {:.1f} s for slower peers still training (this peer trained {:.1f} s): with a swarm-wide "
+            "budget (--swarm-epochs or --swarm-samples in place of --epochs/--steps; swarm_epochs= on rumor.Peer) "
+            "the swarm shares the samples by speed and every peer finishes together",
+            behind, trained);
+}
 
 // Bytes of one parameter snapshot sent since the last completed exchange (their mean: a codec's
 // snapshots all have the size of the model's encoding). ExchangeDone does not carry them.
@@ -208,9 +229,15 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
         log_.debug("paused training: {} exchanges in {:.2f} s, last distance {:.4g}", e.other, e.seconds, e.distance);
       else
         log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
+      // A pause is the Python module's serve(); the one close() makes after training (the
+      // digest says done: Node::training_done) is its settling after training.
+      const bool after_training = !pause || (loop && loop->gossip().done());
+      const double behind = after_training && loop ? loop->stats().settle_behind_seconds : 0.0;
+      if (after_training && loop) hint_swarm_budget(behind, e.seconds);
       const std::uint64_t sent = t_.stats().bytes_sent;
       metrics_.write("settled", {{"exchanges", e.other},
                                  {"seconds", e.seconds},
+                                 {"behind_seconds", behind},
                                  {"distance", e.distance},
                                  {"pause", pause},
                                  {"bytes_sent", sent - std::min(sent, settle_bytes0)},
@@ -323,6 +350,7 @@ Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopMode
                                                      .count());
   loop_ = std::make_unique<PeerLoop>(*env_, settings, MemberDigest{id_, incarnation, MemberState::Alive, 0},
                                      o.fingerprint, model);
+  env_->loop = loop_.get();
   if (endpoint_) {
     env_->endpoint = endpoint_.get();
     env_->gossip = &loop_->gossip();

@@ -166,6 +166,11 @@ TEST_CASE("swarm budget: 4 peers, one 4x slower, stop together on one model (--s
   const auto [e0, e1] = std::minmax_element(ends.begin(), ends.end());
   const auto [a0, a1] = std::minmax_element(accs.begin(), accs.end());
   MESSAGE("training ended within " << *e1 - *e0 << " s; samples in all " << samples);
+  // They finished together: no long wait for a slower one, and so no hint to share the work.
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(field(metric_lines(s.metrics(i), "settled")[0], "behind_seconds") < 5);
+    CHECK(s.peers[i]->log().find("settling waited") == std::string::npos);
+  }
   CHECK(*e1 - *e0 < 5);
   CHECK(*a1 - *a0 <= 0.005);
   CHECK(*a0 > 0.75);
@@ -178,6 +183,44 @@ TEST_CASE("swarm budget: 4 peers, one 4x slower, stop together on one model (--s
   // only "fewer" is asserted here; the next case shows the quarter where no peer waits for a
   // core (bench/HISTORY.md "A swarm-wide budget").
   CHECK(steps[3] < fast);
+}
+
+TEST_CASE("a budget per peer on machines of different speeds: the fast peer's wait for the slow one is measured, and it is told of --swarm-epochs") {
+  if (!have_fmnist()) return;
+  // p1 runs 10x slower. Each has its own 400 steps, so p0 finishes first and, settling, waits
+  // for p1 (--settle-max) until p1 has finished too: that wait is the "settled" line's
+  // behind_seconds, and p0 logs how a swarm-wide budget would share the work. p1, the last to
+  // finish, waited for nobody.
+  std::vector<std::vector<std::string>> f;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/2", "--steps", "400", "--min-peers", "2",
+                               "--settle", "1", "--settle-max", "60"};
+    if (i == 1) a.insert(a.end(), {"--throttle", "10"});
+    f.push_back(a);
+  }
+  Swarm s("behind-hint", f);
+  REQUIRE(s.wait_all(120));
+  const auto fast = metric_lines(s.metrics(0), "settled"), slow = metric_lines(s.metrics(1), "settled");
+  REQUIRE(fast.size() == 1);
+  REQUIRE(slow.size() == 1);
+  // When each one's training ended, on the wall clock (each file's times count from its own start).
+  auto trained_until = [&](std::size_t i, const std::string& settled) {
+    const auto start = metric_lines(s.metrics(i), "start");
+    REQUIRE(!start.empty());
+    return field(start[0], "unix_time") - field(start[0], "t") + field(settled, "t") - field(settled, "seconds");
+  };
+  const double gap = trained_until(1, slow[0]) - trained_until(0, fast[0]);
+  const double behind = field(fast[0], "behind_seconds");
+  MESSAGE("p1 ended training " << gap << " s after p0; p0 settled " << field(fast[0], "seconds") << " s, of which "
+                               << behind << " s behind");
+  REQUIRE(gap > 3);
+  // p0 waited for p1 until p1 had ended (its digest says so a gossip round later, hence the slack).
+  CHECK(behind >= gap - 0.5);
+  CHECK(behind <= gap + 3);
+  CHECK(behind <= field(fast[0], "seconds"));
+  CHECK(field(slow[0], "behind_seconds") < 0.5);
+  CHECK(s.peers[0]->log().find("--swarm-epochs") != std::string::npos);
+  CHECK(s.peers[1]->log().find("settling waited") == std::string::npos);
 }
 
 TEST_CASE("swarm budget: a machine 4x slower than the others takes about a quarter of their steps") {

@@ -539,6 +539,38 @@ def test_a_swarm_wide_budget_in_epochs_needs_the_training_set_size():
     p.close()
 
 
+def test_a_peer_that_waited_long_for_a_slower_one_is_told_of_a_swarm_budget(capfd):
+    """close() after training settles while a peer is still behind (up to settle_max); when that
+    wait is long against the peer's own training and its budget is per peer, it warns that a
+    swarm-wide budget (swarm_epochs=) shares the work by speed. The slow one waited for nobody."""
+    n = 100
+    a = RawPeer(n, 91, min_peers=2, wait_timeout=30, name="fast", settle_max=30)
+    b = RawPeer(n, 92, join=[a.address], min_peers=2, wait_timeout=30, name="slow")
+    took = [None]
+
+    def run_a():
+        a.join(10)
+        for _ in range(20):
+            a.step()
+        t0 = time.monotonic()
+        a.peer.close()  # settles until b has passed our 20 steps, about 4 s
+        took[0] = time.monotonic() - t0
+
+    def run_b():
+        b.join(10)
+        for _ in range(30):
+            b.step()
+            time.sleep(0.2)
+        b.peer.close()
+
+    run_threads([run_a, run_b], 60)
+    assert 2.5 < took[0] < 20, took
+    err = capfd.readouterr().err
+    hints = [line for line in err.splitlines() if "settling waited" in line]
+    assert len(hints) == 1, err
+    assert "fast" in hints[0] and "swarm_epochs=" in hints[0], hints
+
+
 def test_the_learning_rate_follows_the_peers_still_training(capfd):
     """lr_scale(): 1 while all the peers train; once two of three have left, the last one's
     factor is 1/3 (and it says so on stderr); lr_follows_peers=False keeps 1."""
