@@ -180,9 +180,9 @@ struct LoopStats {
   double training_ended = -1;    // env time the training loop ended
   // Settling after training (or a pause, PeerLoop::pause): the seconds of it spent waiting for
   // members still behind our clock (peers that had not finished their own budget), set when it
-  // ends. A large
-  // figure against the training time says the swarm's budget is per peer on machines of
-  // different speeds: a swarm-wide one (LoopSettings::swarm_samples) would share the work.
+  // ends. A large figure against the training time says the swarm's budget is per peer on
+  // machines of different speeds: a swarm-wide one (LoopSettings::swarm_samples) would share
+  // the work.
   double settle_behind_seconds = 0;
   bool diverged = false;
 };

@@ -102,7 +102,7 @@ class Runtime::RealEnv final : public Env {
 // A peer that finished its own budget and then waited long for members still training is on
 // machines of different speeds with a budget per peer: say what shares the work instead (on
 // the testbed's S2, a straggler at a quarter of the others' CPU, the fast peers trained 3.5 s
-// and waited 16 s; with --swarm-epochs the swarm reached 0.85 in 13.7 s instead of 29.5 s).
+// and waited 16 s; with --swarm-epochs the swarm ended in 13.9 s instead of 30.3 s).
 void Runtime::RealEnv::hint_swarm_budget(double behind, double settled_for) {
   const LoopStats& st = loop->stats();
   // rumor-peer's training loop ends before settling; the Python module's stays in Training and
