@@ -112,7 +112,8 @@ void Runtime::RealEnv::hint_swarm_budget(double behind, double settled_for) {
   if (loop->settings().swarm_samples || behind < kBehindHintSeconds || behind < kBehindHintShare * trained) return;
   log_.warn("settling waited {:.1f} s for slower peers still training (this peer trained {:.1f} s): with a swarm-wide "
             "budget (--swarm-epochs or --swarm-samples in place of --epochs/--steps; swarm_epochs= on rumor.Peer) "
-            "the swarm shares the samples by speed and every peer finishes together",
+            "the swarm shares the samples by speed and every peer finishes together (with a decaying "
+            "--lr-schedule, wsd or cosine, that follows the swarm's progress)",
             behind, trained);
 }
 
