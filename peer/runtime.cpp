@@ -232,9 +232,9 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
         log_.info("settled: {} exchanges in {:.2f} s after training, last distance {:.4g}", e.other, e.seconds, e.distance);
       // A pause is the Python module's serve(); the one close() makes after training (the
       // digest says done: Node::training_done) is its settling after training.
-      const bool after_training = !pause || (loop && loop->gossip().done());
-      const double behind = after_training && loop ? loop->stats().settle_behind_seconds : 0.0;
-      if (after_training && loop) hint_swarm_budget(behind, e.seconds);
+      const bool after_training = loop && (!pause || loop->gossip().done());
+      const double behind = after_training ? loop->stats().settle_behind_seconds : 0.0;
+      if (after_training) hint_swarm_budget(behind, e.seconds);
       const std::uint64_t sent = t_.stats().bytes_sent;
       metrics_.write("settled", {{"exchanges", e.other},
                                  {"seconds", e.seconds},

@@ -9,16 +9,25 @@ using namespace rumor::test;
 
 namespace {
 
-// Four Fashion-MNIST peers for `steps` steps; peer 0 runs 5x slower.
-std::vector<std::vector<std::string>> throttled(const std::string& tau, int steps) {
+// n Fashion-MNIST peers on shards 1/n..n/n with the flags `common`; peer `slow` runs
+// `factor` times slower (--throttle).
+std::vector<std::vector<std::string>> one_slower(int n, int slow, const std::string& factor,
+                                                 const std::vector<std::string>& common) {
   std::vector<std::vector<std::string>> f;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--steps", std::to_string(steps), "--staleness", tau,
-                               "--min-peers", "4", "--settle", "0", "--exchange-timeout", "2", "--suspect-timeout", "1"};
-    if (i == 0) a.insert(a.end(), {"--throttle", "5"});
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/" + std::to_string(n)};
+    a.insert(a.end(), common.begin(), common.end());
+    if (i == slow) a.insert(a.end(), {"--throttle", factor});
     f.push_back(a);
   }
   return f;
+}
+
+// Four Fashion-MNIST peers for `steps` steps; peer 0 runs 5x slower.
+std::vector<std::vector<std::string>> throttled(const std::string& tau, int steps) {
+  return one_slower(4, 0, "5",
+                    {"--steps", std::to_string(steps), "--staleness", tau, "--min-peers", "4", "--settle", "0",
+                     "--exchange-timeout", "2", "--suspect-timeout", "1"});
 }
 
 double max_field(const std::vector<std::string>& lines, const char* key) {
@@ -28,6 +37,16 @@ double max_field(const std::vector<std::string>& lines, const char* key) {
 }
 
 bool have_fmnist() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist"); }
+
+// When peer i's training ended, on the wall clock (each metrics file's times count from its own
+// start): its first "settled" line's time less the settling's length.
+double training_ended_at(const Swarm& s, std::size_t i) {
+  const auto start = metric_lines(s.metrics(i), "start");
+  const auto settled = metric_lines(s.metrics(i), "settled");
+  REQUIRE(!start.empty());
+  REQUIRE(!settled.empty());
+  return field(start[0], "unix_time") - field(start[0], "t") + field(settled[0], "t") - field(settled[0], "seconds");
+}
 
 }  // namespace
 
@@ -140,24 +159,12 @@ TEST_CASE("swarm budget: 4 peers, one 4x slower, stop together on one model (--s
   // Peer 3 runs 4x slower (--throttle 4). With --swarm-epochs 1 every peer stops when the swarm
   // has processed 60,000 samples in all: the others do more steps, it about a quarter of
   // theirs, and all stop training together, then settle onto one model.
-  std::vector<std::vector<std::string>> f;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/4", "--swarm-epochs", "1", "--min-peers", "4",
-                               "--lr-schedule", "wsd"};
-    if (i == 3) a.insert(a.end(), {"--throttle", "4"});
-    f.push_back(a);
-  }
-  Swarm s("swarm-budget", f);
+  Swarm s("swarm-budget", one_slower(4, 3, "4", {"--swarm-epochs", "1", "--min-peers", "4", "--lr-schedule", "wsd"}));
   REQUIRE(s.wait_all(150));
   std::vector<double> ends, steps, accs;
   double samples = 0;
   for (std::size_t i = 0; i < 4; ++i) {
-    const auto start = metric_lines(s.metrics(i), "start");
-    const auto settled = metric_lines(s.metrics(i), "settled");
-    REQUIRE(!start.empty());
-    REQUIRE(!settled.empty());
-    // When training ended, on the wall clock (each file's times count from its own start).
-    ends.push_back(field(start[0], "unix_time") - field(start[0], "t") + field(settled[0], "t") - field(settled[0], "seconds"));
+    ends.push_back(training_ended_at(s, i));
     steps.push_back(field(s.done(i), "steps"));
     accs.push_back(field(s.done(i), "test_acc"));
     samples += 64 * steps.back();
@@ -191,25 +198,12 @@ TEST_CASE("a budget per peer on machines of different speeds: the fast peer's wa
   // for p1 (--settle-max) until p1 has finished too: that wait is the "settled" line's
   // behind_seconds, and p0 logs how a swarm-wide budget would share the work. p1, the last to
   // finish, waited for nobody.
-  std::vector<std::vector<std::string>> f;
-  for (int i = 0; i < 2; ++i) {
-    std::vector<std::string> a{"--shard", std::to_string(i + 1) + "/2", "--steps", "400", "--min-peers", "2",
-                               "--settle", "1", "--settle-max", "60"};
-    if (i == 1) a.insert(a.end(), {"--throttle", "10"});
-    f.push_back(a);
-  }
-  Swarm s("behind-hint", f);
+  Swarm s("behind-hint", one_slower(2, 1, "10", {"--steps", "400", "--min-peers", "2", "--settle", "1", "--settle-max", "60"}));
   REQUIRE(s.wait_all(120));
   const auto fast = metric_lines(s.metrics(0), "settled"), slow = metric_lines(s.metrics(1), "settled");
   REQUIRE(fast.size() == 1);
   REQUIRE(slow.size() == 1);
-  // When each one's training ended, on the wall clock (each file's times count from its own start).
-  auto trained_until = [&](std::size_t i, const std::string& settled) {
-    const auto start = metric_lines(s.metrics(i), "start");
-    REQUIRE(!start.empty());
-    return field(start[0], "unix_time") - field(start[0], "t") + field(settled, "t") - field(settled, "seconds");
-  };
-  const double gap = trained_until(1, slow[0]) - trained_until(0, fast[0]);
+  const double gap = training_ended_at(s, 1) - training_ended_at(s, 0);
   const double behind = field(fast[0], "behind_seconds");
   MESSAGE("p1 ended training " << gap << " s after p0; p0 settled " << field(fast[0], "seconds") << " s, of which "
                                << behind << " s behind");
