@@ -79,10 +79,10 @@ class Runtime::RealEnv final : public Env {
   double protocol_cpu = 0;
   std::uint64_t settle_bytes0 = 0;  // bytes sent when the current settling began (Runtime::next_action)
   // The HTTP endpoint counts events as they come (null: none), and the bytes of the snapshot
-  // each exchange sent, read off Gossip's totals (`gossip`, set once the loop exists).
+  // each exchange sent, read off Gossip's totals.
   MetricsEndpoint* endpoint = nullptr;
-  const Gossip* gossip = nullptr;
-  const PeerLoop* loop = nullptr;  // set once it exists: its settings and stats for the "settled" line
+  // Set once it exists: its Gossip (the overlay, the payload totals), settings and stats.
+  const PeerLoop* loop = nullptr;
 
  private:
   double exchange_payload_bytes();
@@ -120,8 +120,8 @@ void Runtime::RealEnv::hint_swarm_budget(double behind, double settled_for) {
 // Bytes of one parameter snapshot sent since the last completed exchange (their mean: a codec's
 // snapshots all have the size of the model's encoding). ExchangeDone does not carry them.
 double Runtime::RealEnv::exchange_payload_bytes() {
-  if (!gossip) return 0;
-  const GossipStats& gs = gossip->stats();
+  if (!loop) return 0;
+  const GossipStats& gs = loop->gossip().stats();
   const std::uint64_t n = gs.payloads_sent - payloads_seen_, b = gs.payload_bytes_sent - payload_bytes_seen_;
   payloads_seen_ = gs.payloads_sent;
   payload_bytes_seen_ = gs.payload_bytes_sent;
@@ -177,7 +177,7 @@ void Runtime::RealEnv::event(const ProtocolEvent& e) {
       // A suspicion is a step on the way to "dead" or back (metrics keep it): debug. With
       // partial views a "join" is a candidate taken into the passive view, which shuffles
       // refresh all the time (thousands of lines a minute in a 64-peer swarm): debug too.
-      if (e.kind == K::Suspect || (e.kind == K::Join && gossip && gossip->overlay()))
+      if (e.kind == K::Suspect || (e.kind == K::Join && loop && loop->gossip().overlay()))
         log_.debug("view: {} {}", e.peer, event_kind_name(e.kind));
       else
         log_.info("view: {} {}", e.peer, event_kind_name(e.kind));
@@ -354,7 +354,6 @@ Runtime::Runtime(const RuntimeOptions& o, const LoopSettings& settings, LoopMode
   env_->loop = loop_.get();
   if (endpoint_) {
     env_->endpoint = endpoint_.get();
-    env_->gossip = &loop_->gossip();
     endpoint_->set_unix_origin(
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - env_->now());
   }
