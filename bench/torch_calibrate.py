@@ -15,6 +15,10 @@ rumor-sim runs a capped peer in CFS windows, as with rumor-peer's figures):
               of their logarithms (dist = lognormal);
   eval_time   one evaluation on the 10,000 test images (examples/torch_quickstart.py evaluate).
 
+and a [workload] `init = torch`: the torch model starts from PyTorch's default initialisation,
+not rumor-peer's He-normal, and its first epoch's curve shows it (docs/testbed.md, "The
+initialisation").
+
 Measured as the testbed runs them: --procs processes at once (default 4), each in a cgroup v1
 `cpu` group capped at --cpu of a core (default 0.3, the testbed's base.ini; 0: uncapped). CPU
 time, not wall time, so the caps' waits are left to rumor-sim's model, while what running
@@ -141,7 +145,9 @@ def main():
         f.write(f"# Rumor's Python peers ({a.model}, torch {torch.__version__}): CPU seconds of one core, measured with\n"
                 f"# {how} (bench/torch_calibrate.py); a testbed class's cpu divides these.\n"
                 f"[compute]\nstep_time = {step:.6f}\ndist = lognormal\nsd = {sd:.4f}\neval_time = {ev:.6f}\n"
-                f"start = {start:.3f}\n")
+                f"start = {start:.3f}\n"
+                f"# torch's nn.Linear / nn.Conv2d start: uniform in +-1/sqrt(fan-in) (core/model.hpp InitScheme)\n"
+                f"[workload]\ninit = torch\n")
     return 0
 
 

@@ -99,21 +99,14 @@ class ConvNet final : public Model {
   LossKind loss_kind() const override { return LossKind::SoftmaxCrossEntropy; }
   Backend& backend() override { return *be_; }
 
-  void init(std::span<float> params, Rng& rng) const override {
+  using Model::init;
+  void init(std::span<float> params, Rng& rng, InitScheme scheme) const override {
     RUMOR_CHECK(params.size() == count_);
     for (const Stage& s : stages_) {
       if (!s.has_params()) continue;
-      const LayerView& w = layers_[s.weight];
+      const LayerView& w = layers_[s.weight];  // rows: the fan-in (K*K*Cin or in)
       const LayerView& b = layers_[s.bias];
-      float* pw = params.data() + w.offset;
-      if (s.relu) {  // followed by ReLU: He normal over the fan-in (rows: K*K*Cin or in)
-        const double sd = std::sqrt(2.0 / static_cast<double>(w.rows));
-        for (std::size_t i = 0; i < w.size(); ++i) pw[i] = static_cast<float>(rng.normal() * sd);
-      } else {  // output layer: Xavier uniform
-        const double a = std::sqrt(6.0 / static_cast<double>(w.rows + w.cols));
-        for (std::size_t i = 0; i < w.size(); ++i) pw[i] = static_cast<float>(rng.uniform(-a, a));
-      }
-      std::fill_n(params.data() + b.offset, b.size(), 0.0f);
+      init_layer(scheme, params.data() + w.offset, w.rows, w.cols, s.relu, params.data() + b.offset, rng);
     }
   }
 

@@ -55,21 +55,14 @@ class DenseNet final : public Model {
   LossKind loss_kind() const override { return loss_; }
   Backend& backend() override { return *be_; }
 
-  void init(std::span<float> params, Rng& rng) const override {
+  using Model::init;
+  void init(std::span<float> params, Rng& rng, InitScheme scheme) const override {
     RUMOR_CHECK(params.size() == count_);
     const std::size_t L = widths_.size() - 1;
     for (std::size_t l = 0; l < L; ++l) {
       const LayerView& w = layers_[2 * l];
       const LayerView& b = layers_[2 * l + 1];
-      float* pw = params.data() + w.offset;
-      if (l + 1 < L) {  // followed by ReLU: He normal
-        const double sd = std::sqrt(2.0 / static_cast<double>(w.rows));
-        for (std::size_t i = 0; i < w.size(); ++i) pw[i] = static_cast<float>(rng.normal() * sd);
-      } else {  // output layer: Xavier uniform
-        const double a = std::sqrt(6.0 / static_cast<double>(w.rows + w.cols));
-        for (std::size_t i = 0; i < w.size(); ++i) pw[i] = static_cast<float>(rng.uniform(-a, a));
-      }
-      std::fill_n(params.data() + b.offset, b.size(), 0.0f);
+      init_layer(scheme, params.data() + w.offset, w.rows, w.cols, l + 1 < L, params.data() + b.offset, rng);
     }
   }
 
@@ -249,6 +242,36 @@ EvalResult OutputScore::result(const Dataset& d, LossKind loss) const {
                    ? static_cast<double>(correct) / static_cast<double>(d.rows)
                    : 0.0;
   return r;
+}
+
+InitScheme parse_init_scheme(const std::string& name) {
+  if (name == "he") return InitScheme::He;
+  if (name == "torch") return InitScheme::Torch;
+  throw std::invalid_argument("unknown initialisation '" + name +
+                              "': expected he (He-normal, Rumor's default) or torch (PyTorch's nn.Linear/nn.Conv2d default)");
+}
+
+const char* init_scheme_name(InitScheme scheme) { return scheme == InitScheme::Torch ? "torch" : "he"; }
+
+void init_layer(InitScheme scheme, float* weight, std::size_t fan_in, std::size_t fan_out, bool relu, float* bias,
+                Rng& rng) {
+  const std::size_t n = fan_in * fan_out;
+  if (scheme == InitScheme::Torch) {
+    // kaiming_uniform_(a = sqrt(5)) gives gain sqrt(2 / 6) and bound gain * sqrt(3 / fan_in),
+    // that is 1 / sqrt(fan_in); the bias is uniform in the same bound.
+    const double a = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    for (std::size_t i = 0; i < n; ++i) weight[i] = static_cast<float>(rng.uniform(-a, a));
+    for (std::size_t i = 0; i < fan_out; ++i) bias[i] = static_cast<float>(rng.uniform(-a, a));
+    return;
+  }
+  if (relu) {  // followed by ReLU: He normal over the fan-in
+    const double sd = std::sqrt(2.0 / static_cast<double>(fan_in));
+    for (std::size_t i = 0; i < n; ++i) weight[i] = static_cast<float>(rng.normal() * sd);
+  } else {  // the output layer: Xavier uniform
+    const double a = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+    for (std::size_t i = 0; i < n; ++i) weight[i] = static_cast<float>(rng.uniform(-a, a));
+  }
+  std::fill_n(bias, fan_out, 0.0f);
 }
 
 std::unique_ptr<Model> make_model(const std::string& spec, std::size_t input_dim,

@@ -39,6 +39,21 @@ struct EvalResult {
 
 enum class LossKind { SoftmaxCrossEntropy, MeanSquaredError };
 
+// How a model's parameters start (Model::init; rumor-peer --init, rumor-sim workload.init):
+//  - He (Rumor's default): He-normal for the layers followed by ReLU, Xavier-uniform for the
+//    output layer, zero biases;
+//  - Torch: PyTorch's default for nn.Linear and nn.Conv2d (kaiming_uniform_ with a = sqrt(5)):
+//    every weight and bias uniform in +-1/sqrt(fan_in). A torch MLP starts 2-3 points of
+//    accuracy slower from it than from He's, so rumor-sim predicts torch peers with it.
+enum class InitScheme : std::uint8_t { He, Torch };
+// "he" or "torch"; std::invalid_argument naming both otherwise.
+InitScheme parse_init_scheme(const std::string& name);
+const char* init_scheme_name(InitScheme scheme);
+// One layer's initial values: a weight of fan_in rows (its output width: fan_out), followed
+// by ReLU or not, and its bias. Every model's init() goes through it.
+void init_layer(InitScheme scheme, float* weight, std::size_t fan_in, std::size_t fan_out, bool relu, float* bias,
+                Rng& rng);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -50,9 +65,9 @@ class Model {
   virtual std::size_t input_dim() const = 0;
   virtual std::size_t output_dim() const = 0;
   virtual LossKind loss_kind() const = 0;
-  // Seeded initialisation: He-normal for layers followed by ReLU, Xavier-uniform for the
-  // output layer, zero biases.
-  virtual void init(std::span<float> params, Rng& rng) const = 0;
+  // Seeded initialisation under `scheme` (InitScheme: He by default).
+  virtual void init(std::span<float> params, Rng& rng, InitScheme scheme) const = 0;
+  void init(std::span<float> params, Rng& rng) const { init(params, rng, InitScheme::He); }
   // Mean loss over the batch; writes dLoss/dParams into `grad` (overwritten, same layout).
   // x: rows x input_dim. labels (classification) or targets (regression, rows x output_dim).
   virtual double loss_and_grad(std::span<const float> params, const float* x, std::size_t rows,

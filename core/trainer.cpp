@@ -33,7 +33,7 @@ Trainer::Trainer(const TrainerConfig& cfg, std::shared_ptr<const Dataset> shard,
   Rng init(cfg.init_seed ? cfg.init_seed : cfg.seed);
   if (host_) {
     host_params_ = params_;
-    model_->init(params_, init);
+    model_->init(params_, init, cfg.init);
     return;
   }
   // A device: the mirror in pinned host memory; parameters, gradient, optimizer state and the
@@ -42,7 +42,7 @@ Trainer::Trainer(const TrainerConfig& cfg, std::shared_ptr<const Dataset> shard,
   mirror_.be = &be;
   mirror_.p = static_cast<float*>(be.allocate_host(n * sizeof(float)));
   host_params_ = std::span<float>(mirror_.p, n);
-  model_->init(host_params_, init);
+  model_->init(host_params_, init, cfg.init);
   for (auto* b : {&dparams_, &dgrad_, &dstate_, &dshard_x_, &dshard_t_, &dx_, &dt_}) b->bind(be);
   for (auto* b : {&dshard_y_, &dy_, &didx_}) b->bind(be);
   dparams_.upload(host_params_);

@@ -40,6 +40,7 @@ struct TrainerConfig {
   std::size_t batch = 64;
   std::uint64_t seed = 1;       // batch order
   std::uint64_t init_seed = 0;  // initial parameters (0: use `seed`)
+  InitScheme init = InitScheme::He;  // how they start (model.hpp)
   std::shared_ptr<Backend> backend;  // where the math runs; null = the CPU (Eigen)
   // Keep the gathered batch's buffers between steps (no allocation per step). The simulator's
   // thousands of trainers, one step at a time in one process, release them instead.

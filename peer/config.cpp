@@ -38,6 +38,11 @@ ParseResult parse_command_line(int argc, char** argv) {
   auto* g_model = "Model and optimizer";
   app.add_option("--model", c.model, "mlp:W1[,W2...] (ReLU hidden layers), logreg, linreg, or cnn:[iHxWxC,]TOKEN,... with TOKEN cNkK[sS][pP] (N KxK filters, stride S, padding P, ReLU), pK (KxK max pool) or fN (dense ReLU layer), e.g. cnn:c32k5,p2,c64k5,p2,f1024; input HxWxC defaults to a square single-channel image")
       ->group(g_model)->capture_default_str();
+  app.add_option("--init", c.init,
+                 "How the model's parameters start: he (He-normal before ReLU, Xavier-uniform output layer, zero "
+                 "biases) or torch (PyTorch's nn.Linear/nn.Conv2d default: uniform in +-1/sqrt(fan-in), biases too); "
+                 "every peer of a swarm normally shares it, like --init-seed")
+      ->group(g_model)->check(CLI::IsMember({"he", "torch"}))->capture_default_str();
   app.add_option("--optimizer", c.optimizer.kind, "adam, adamw or sgd")
       ->group(g_model)->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str();
   app.add_option("--lr", c.schedule.base_lr, "Learning rate")

@@ -19,6 +19,7 @@ struct Config {
   std::string partition = "iid";
   // Model and local optimizer
   std::string model = "mlp:256,128";
+  std::string init = "he";  // how the model starts: he or torch (core/model.hpp InitScheme)
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   std::size_t batch = 64;

@@ -85,6 +85,7 @@ int Daemon::run() {
   tc.batch = cfg_.batch;
   tc.seed = cfg_.seed;
   tc.init_seed = cfg_.init_seed;
+  tc.init = parse_init_scheme(cfg_.init);
   tc.backend = backend;
   const std::uint64_t steps_per_epoch = (shard->rows + cfg_.batch - 1) / cfg_.batch;
   if (schedule_decays(tc.schedule.kind) && tc.schedule.total_steps == 0)

@@ -172,13 +172,16 @@ PYBIND11_MODULE(_rumor, m) {
   m.def("dense_fingerprint", [](const std::string& spec, std::size_t in, std::size_t out) {
     return rumor::make_model(spec, in, out)->fingerprint();
   });
-  m.def("dense_init", [](const std::string& spec, std::size_t in, std::size_t out, std::uint64_t seed) {
-    auto model = rumor::make_model(spec, in, out);
-    py::array_t<float> p(static_cast<py::ssize_t>(model->param_count()));
-    rumor::Rng rng(seed);  // as rumor-peer --init-seed does
-    model->init({p.mutable_data(), model->param_count()}, rng);
-    return p;
-  });
+  m.def(
+      "dense_init",
+      [](const std::string& spec, std::size_t in, std::size_t out, std::uint64_t seed, const std::string& init) {
+        auto model = rumor::make_model(spec, in, out);
+        py::array_t<float> p(static_cast<py::ssize_t>(model->param_count()));
+        rumor::Rng rng(seed);  // as rumor-peer --init-seed and --init do
+        model->init({p.mutable_data(), model->param_count()}, rng, rumor::parse_init_scheme(init));  // ValueError
+        return p;
+      },
+      py::arg("spec"), py::arg("inputs"), py::arg("outputs"), py::arg("seed"), py::arg("init") = "he");
   m.def("dense_loss_and_grad",
         [](const std::string& spec, py::array_t<float, py::array::c_style | py::array::forcecast> params,
            py::array_t<float, py::array::c_style | py::array::forcecast> x,

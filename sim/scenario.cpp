@@ -85,7 +85,7 @@ const std::map<std::string, std::set<std::string>> kKeys = with_loop_knobs({
     {"run", {"seed", "duration", "peers"}},
     {"algorithm", {"kind", "combine", "weights", "degree", "outer_lr", "outer_momentum", "nesterov", "staleness",
                    "server_bandwidth", "header_bytes"}},
-    {"workload", {"kind", "training", "data", "model", "partition", "optimizer", "lr", "momentum", "weight_decay",
+    {"workload", {"kind", "training", "data", "model", "init", "partition", "optimizer", "lr", "momentum", "weight_decay",
                   "schedule", "warmup_steps", "decay_fraction", "batch", "peer_seeds", "dim",
                   "curvature", "noise", "x0", "init_mean", "init_sd", "init_values"}},
     {"gossip", {"topology", "bootstrap", "fetch_state"}},
@@ -309,6 +309,7 @@ class Builder {
     get("workload.training", s.training);
     get("workload.data", s.data);
     get("workload.model", s.model);
+    choice("workload.init", s.init, {{"he", InitScheme::He}, {"torch", InitScheme::Torch}});
     get("workload.partition", s.partition);
     get("workload.optimizer", s.optimizer);
     get("workload.lr", s.lr);

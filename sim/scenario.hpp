@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "core/model.hpp"
 #include "core/peer_loop.hpp"
 #include "sim/faults.hpp"
 
@@ -169,6 +170,8 @@ struct Scenario {
   bool training = true;        // false: pure averaging (peers tick, parameters never trained)
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string model = "mlp:256,128";
+  // How the model starts (he, or torch: PyTorch's default, to predict torch peers and DDP ranks).
+  InitScheme init = InitScheme::He;
   std::string partition = "iid";
   std::string optimizer = "adam";
   double lr = 1e-3, momentum = 0.9, weight_decay = 0;

@@ -182,7 +182,7 @@ std::unique_ptr<PeerModel> Workload::make_peer(std::uint32_t index, std::uint32_
     std::vector<float> x(param_count_);
     Rng r = peer_rng;
     if (s_.init_values == "model") {
-      eval_model_->init(x, r);
+      eval_model_->init(x, r, s_.init);
     } else if (s_.init_values.rfind("bits:", 0) == 0) {
       const unsigned k = static_cast<unsigned>(std::stoul(s_.init_values.substr(5)));
       const double scale = std::ldexp(1.0, -static_cast<int>(k));
@@ -203,6 +203,7 @@ std::unique_ptr<PeerModel> Workload::make_peer(std::uint32_t index, std::uint32_
   // `peer_seeds = distinct` gives each its own batch order (the initial model stays common).
   tc.seed = s_.same_seed ? s_.seed : Rng(s_.seed).fork(0x5EED0000ull + index)();
   tc.init_seed = s_.seed;
+  tc.init = s_.init;
   tc.keep_batch_buffers = false;  // memory: thousands of trainers, one step at a time
   return std::make_unique<TrainerPeer>(tc, shards_[index], input_dim_, output_dim_);
 }

@@ -2,7 +2,9 @@
 // fingerprints, initialisation, and an end-to-end synthetic training run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/fpmode.hpp"
@@ -85,6 +87,50 @@ TEST_CASE("model: bad specs are refused with the accepted forms") {
   CHECK_THROWS_AS(make_model("mlp:12,x", 4, 2), std::invalid_argument);
   CHECK_THROWS_AS(make_model("mlp:0", 4, 2), std::invalid_argument);
   CHECK_THROWS_WITH_AS(make_model("cnn", 4, 2), doctest::Contains("logreg"), std::invalid_argument);
+}
+
+TEST_CASE("model: the torch initialisation is PyTorch's nn.Linear / nn.Conv2d default, He stays the default") {
+  // Every weight and bias uniform in +-1/sqrt(fan-in): a dense layer's input width, a
+  // convolution's K*K*Cin (tests/python/test_torch.py compares it with torch's own).
+  for (const char* spec : {"mlp:512,64", "cnn:c8k3p1,p2,f32"}) {
+    CAPTURE(spec);
+    auto m = make_model(spec, 784, 10);
+    std::vector<float> t(m->param_count()), he(m->param_count()), he2(m->param_count());
+    Rng r1(4), r2(4), r3(4);
+    m->init(t, r1, InitScheme::Torch);
+    m->init(he, r2);
+    m->init(he2, r3, InitScheme::He);
+    CHECK(he == he2);  // the two-argument init is He's, draw for draw
+    CHECK(t != he);
+    const auto& layers = m->layers();
+    for (std::size_t l = 0; l + 1 < layers.size(); l += 2) {
+      const LayerView& w = layers[l];
+      const LayerView& b = layers[l + 1];
+      const double bound = 1.0 / std::sqrt(static_cast<double>(w.rows));
+      CAPTURE(w.name);
+      double mx = 0, s2 = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        mx = std::max(mx, double(std::abs(t[w.offset + i])));
+        s2 += double(t[w.offset + i]) * t[w.offset + i];
+      }
+      CHECK(mx <= bound);
+      CHECK(mx > 0.9 * bound);
+      if (w.size() >= 5000) CHECK(s2 / w.size() == doctest::Approx(bound * bound / 3).epsilon(0.05));
+      double bmx = 0;
+      std::size_t zeros = 0;
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        bmx = std::max(bmx, double(std::abs(t[b.offset + i])));
+        zeros += t[b.offset + i] == 0.0f;
+        CHECK(he[b.offset + i] == 0.0f);  // He's biases start at zero
+      }
+      CHECK(bmx <= bound);
+      CHECK(zeros == 0);
+    }
+  }
+  CHECK(parse_init_scheme("he") == InitScheme::He);
+  CHECK(parse_init_scheme("torch") == InitScheme::Torch);
+  CHECK(std::string(init_scheme_name(InitScheme::Torch)) == "torch");
+  CHECK_THROWS_WITH_AS(parse_init_scheme("xavier"), doctest::Contains("expected he"), std::invalid_argument);
 }
 
 TEST_CASE("model: seeded initialisation is deterministic and scaled (He / Xavier)") {

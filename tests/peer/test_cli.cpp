@@ -25,6 +25,10 @@ TEST_CASE("cli: a bad flag is refused with the usage line and exit code 2") {
   Process r({"--join", "127.0.0.1"}, d / "log3");
   CHECK(r.wait(10) == 2);
   CHECK(r.log().find("HOST:PORT") != std::string::npos);
+  Process i({"--init", "xavier", "--data", "synthetic"}, d / "log5");
+  CHECK(i.wait(10) == 2);
+  CHECK(i.log().find("--init") != std::string::npos);
+  CHECK(i.log().find("torch") != std::string::npos);
   Process h({"--help"}, d / "log4");
   CHECK(h.wait(10) == 0);
 }

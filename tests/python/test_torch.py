@@ -546,3 +546,37 @@ def test_the_quickstarts_wsd_schedule_is_rumor_peers():
     assert qs.lr_scheduler(inner, "constant", 705) is None
     with pytest.raises(ValueError, match="decay fraction"):
         qs.lr_scheduler(inner, "wsd", 705, 1.5)
+
+
+def test_the_cpp_torch_initialisation_starts_a_model_as_torch_does():
+    # rumor-sim predicts torch peers and DDP ranks with --init torch (workload.init): each layer
+    # of the C++ MLP must then start as torch's nn.Linear does, uniform in +-1/sqrt(fan-in),
+    # biases too, and so give the same starting loss; He's start is another model.
+    torch.manual_seed(0)
+    model = mlp()
+    layout = rt.ModelLayout(model)
+    ref = np.zeros(layout.size, dtype=np.float32)
+    layout.bind(ref)
+    layout.copy_in()
+    ours = _rumor.dense_init("mlp:256,128", 784, 10, 5, init="torch")
+    he = _rumor.dense_init("mlp:256,128", 784, 10, 5)
+    assert np.array_equal(he, _rumor.dense_init("mlp:256,128", 784, 10, 5, init="he"))
+    for name, t, off, n, tr in layout.entries:
+        if name.endswith("weight"):  # torch's (out, in): the bias after it has the same fan-in
+            bound = 1 / math.sqrt(t.shape[1])
+        a, b = ref[off:off + n], ours[off:off + n]
+        assert np.abs(b).max() <= bound * (1 + 1e-6) and (n < 100 or np.abs(b).max() > 0.9 * bound), name
+        assert np.count_nonzero(b) == n, name  # biases too, as torch's
+        if n >= 1000:  # the weights: the same spread as torch's (uniform: std bound / sqrt(3))
+            assert abs(b.std() / a.std() - 1) < 0.05, name
+            assert abs(b.mean()) < 0.05 * bound, name
+    x = torch.rand(512, 784)
+    y = torch.randint(0, 10, (512,))
+    labels = y.numpy().astype(np.int32)
+    torch_loss = nn.functional.cross_entropy(model(x), y).item()
+    our_loss, _ = _rumor.dense_loss_and_grad("mlp:256,128", ours, x.numpy(), labels, 10)
+    he_loss, _ = _rumor.dense_loss_and_grad("mlp:256,128", he, x.numpy(), labels, 10)
+    assert abs(our_loss - torch_loss) < 0.02, (our_loss, torch_loss)
+    assert abs(he_loss - torch_loss) > 0.1, (he_loss, torch_loss)
+    with pytest.raises(ValueError, match="expected he .* or torch"):
+        _rumor.dense_init("mlp:256,128", 784, 10, 5, init="xavier")

@@ -104,6 +104,10 @@ TEST_CASE("scenario: unknown keys, sections and bad values name the line and the
   CHECK(e.find("test.ini:5: gossip.topology") != std::string::npos);
   CHECK(e.find("ring") != std::string::npos);
 
+  e = error_of(std::string(kBase) + "[workload]\ninit = xavier\n");
+  CHECK(e.find("test.ini:5: workload.init") != std::string::npos);
+  CHECK(e.find("he, torch") != std::string::npos);
+
   e = error_of(std::string(kBase) + "[gossip]\nmax_in_flight = 3\n");
   CHECK(e.find("gossip.max_in_flight") != std::string::npos);
 

@@ -40,6 +40,35 @@ TEST_CASE("workload: peer k of N trains exactly like rumor-peer --shard k/N") {
   }
 }
 
+TEST_CASE("workload: workload.init = torch starts and trains every peer as rumor-peer --init torch does") {
+  const Scenario s = parse_scenario(
+      "[run]\npeers = 2\nseed = 9\n[workload]\ndata = synthetic\nmodel = mlp:16\ninit = torch\nbatch = 32\n",
+      "t.ini", {});
+  CHECK(s.init == InitScheme::Torch);
+  Workload w(s, 2);
+  Task task = load_task("synthetic");
+  auto shard = std::make_shared<Dataset>(take_shard(std::move(task.train), ShardSpec{2, 2}, Partition{}, 9));
+  TrainerConfig tc;
+  tc.model = "mlp:16";
+  tc.batch = 32;
+  tc.seed = 9;
+  tc.init = InitScheme::Torch;
+  Trainer real(tc, shard, shard->dim, 10);
+  tc.init = InitScheme::He;
+  Trainer he(tc, shard, shard->dim, 10);
+  auto sim = w.make_peer(1, 0);
+  REQUIRE(sim->params().size() == real.params().size());
+  const auto bytes = real.params().size() * sizeof(float);
+  CHECK(std::memcmp(sim->params().data(), real.params().data(), bytes) == 0);
+  CHECK(std::memcmp(he.params().data(), real.params().data(), bytes) != 0);
+  for (int step = 0; step < 10; ++step) {
+    real.step();
+    sim->compute_gradient();
+    sim->apply_gradient();
+  }
+  CHECK(std::memcmp(sim->params().data(), real.params().data(), bytes) == 0);
+}
+
 TEST_CASE("workload: the wsd schedule decays over the peer's run, as rumor-peer --lr-schedule wsd") {
   const Scenario s = parse_scenario(
       "[run]\npeers = 2\n[workload]\ndata = synthetic\nmodel = logreg\nlr = 0.01\nschedule = wsd\n"
