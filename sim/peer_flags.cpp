@@ -25,6 +25,7 @@ std::vector<std::string> peer_flags(const Scenario& s, std::uint32_t k) {
                                 "--lr",        fmt::format("{:g}", s.lr),
                                 "--batch",     std::to_string(s.batch),
                                 "--seed",      std::to_string(s.seed)};
+  if (s.init != InitScheme::He) f.insert(f.end(), {"--init", init_scheme_name(s.init)});
   if (s.momentum != 0.9) f.insert(f.end(), {"--momentum", fmt::format("{:g}", s.momentum)});
   if (s.weight_decay != 0) f.insert(f.end(), {"--weight-decay", fmt::format("{:g}", s.weight_decay)});
   if (s.schedule != "constant") f.insert(f.end(), {"--lr-schedule", s.schedule});

@@ -152,7 +152,8 @@ TEST_CASE("cli: every loop knob is a flag with the table's default, and a bad va
 TEST_CASE("cli: a scenario's --peer-flags are what rumor-peer parses into the same settings") {
   const auto s = rumor::sim::load_scenario(std::string(RUMOR_SOURCE_DIR) + "/examples/sim/quickstart.ini",
                                            {"gossip.local_steps=8", "gossip.codec=int8", "gossip.robust=on",
-                                            "run.settle=250ms", "gossip.staleness=4", "workload.lr=2e-3"});
+                                            "run.settle=250ms", "gossip.staleness=4", "workload.lr=2e-3",
+                                            "workload.init=torch"});
   for (std::uint32_t k = 1; k <= s.founders; ++k) {
     CAPTURE(k);
     std::vector<std::string> args = {"rumor-peer"};
@@ -165,6 +166,7 @@ TEST_CASE("cli: a scenario's --peer-flags are what rumor-peer parses into the sa
     CHECK(c.shard == std::to_string(k) + "/4");
     CHECK(c.model == s.model);
     CHECK(c.schedule.base_lr == doctest::Approx(2e-3));
+    CHECK(c.init == "torch");
     for (const rumor::Knob& knob : rumor::loop_knobs())
       if ((knob.scope & rumor::Knob::kDaemon) && (knob.scope & rumor::Knob::kSim)) {
         CAPTURE(knob.name);
