@@ -244,14 +244,23 @@ EvalResult OutputScore::result(const Dataset& d, LossKind loss) const {
   return r;
 }
 
+std::span<const InitSchemeName> init_schemes() {
+  static constexpr InitSchemeName kSchemes[] = {{"he", InitScheme::He}, {"torch", InitScheme::Torch}};
+  return kSchemes;
+}
+
 InitScheme parse_init_scheme(const std::string& name) {
-  if (name == "he") return InitScheme::He;
-  if (name == "torch") return InitScheme::Torch;
+  for (const InitSchemeName& s : init_schemes())
+    if (name == s.name) return s.scheme;
   throw std::invalid_argument("unknown initialisation '" + name +
                               "': expected he (He-normal, Rumor's default) or torch (PyTorch's nn.Linear/nn.Conv2d default)");
 }
 
-const char* init_scheme_name(InitScheme scheme) { return scheme == InitScheme::Torch ? "torch" : "he"; }
+const char* init_scheme_name(InitScheme scheme) {
+  for (const InitSchemeName& s : init_schemes())
+    if (s.scheme == scheme) return s.name;
+  return "?";
+}
 
 void init_layer(InitScheme scheme, float* weight, std::size_t fan_in, std::size_t fan_out, bool relu, float* bias,
                 Rng& rng) {

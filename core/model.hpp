@@ -46,6 +46,13 @@ enum class LossKind { SoftmaxCrossEntropy, MeanSquaredError };
 //    every weight and bias uniform in +-1/sqrt(fan_in). A torch MLP starts 2-3 points of
 //    accuracy slower from it than from He's, so rumor-sim predicts torch peers with it.
 enum class InitScheme : std::uint8_t { He, Torch };
+// The schemes' names, in this order: the one list that parsing, naming, rumor-peer's --init
+// check and rumor-sim's workload.init key read.
+struct InitSchemeName {
+  const char* name;
+  InitScheme scheme;
+};
+std::span<const InitSchemeName> init_schemes();
 // "he" or "torch"; std::invalid_argument naming both otherwise.
 InitScheme parse_init_scheme(const std::string& name);
 const char* init_scheme_name(InitScheme scheme);

@@ -7,12 +7,21 @@
 
 #include <iostream>
 #include <string_view>
+#include <vector>
 
 #include "core/knobs.hpp"
+#include "core/model.hpp"
 #include "net/address.hpp"
 
 namespace rumor::peer {
 
+namespace {
+std::vector<std::string> init_scheme_names() {
+  std::vector<std::string> out;
+  for (const InitSchemeName& s : init_schemes()) out.push_back(s.name);
+  return out;
+}
+}  // namespace
 
 ParseResult parse_command_line(int argc, char** argv) {
   Config c;
@@ -42,7 +51,7 @@ ParseResult parse_command_line(int argc, char** argv) {
                  "How the model's parameters start: he (He-normal before ReLU, Xavier-uniform output layer, zero "
                  "biases) or torch (PyTorch's nn.Linear/nn.Conv2d default: uniform in +-1/sqrt(fan-in), biases too); "
                  "every peer of a swarm normally shares it, like --init-seed")
-      ->group(g_model)->check(CLI::IsMember({"he", "torch"}))->capture_default_str();
+      ->group(g_model)->check(CLI::IsMember(init_scheme_names()))->capture_default_str();
   app.add_option("--optimizer", c.optimizer.kind, "adam, adamw or sgd")
       ->group(g_model)->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str();
   app.add_option("--lr", c.schedule.base_lr, "Learning rate")

@@ -309,7 +309,9 @@ class Builder {
     get("workload.training", s.training);
     get("workload.data", s.data);
     get("workload.model", s.model);
-    choice("workload.init", s.init, {{"he", InitScheme::He}, {"torch", InitScheme::Torch}});
+    std::vector<std::pair<std::string, InitScheme>> inits;
+    for (const InitSchemeName& i : init_schemes()) inits.emplace_back(i.name, i.scheme);
+    choice("workload.init", s.init, inits);
     get("workload.partition", s.partition);
     get("workload.optimizer", s.optimizer);
     get("workload.lr", s.lr);
