@@ -44,11 +44,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def calibrate(build, out):
-    """One process's figures at one whole core, as [compute] keys (the classes' cpu divides them)."""
+def calibrate(build, out, model=None):
+    """One process's figures at one whole core, as [compute] keys (the classes' cpu divides them),
+    for the scenario's model or the one --set workload.model= gives (a native CNN's step is not
+    the MLP's)."""
     raw = os.path.join(out, "calibration_raw.ini")
-    subprocess.run([os.path.join(build, "sim", "rumor-sim"), "--calibrate", "--procs", "1", "--calibrate-out", raw],
-                   check=True)
+    cmd = [os.path.join(build, "sim", "rumor-sim"), "--calibrate", "--procs", "1", "--calibrate-out", raw]
+    if model:
+        cmd += ["--calibrate-model", model]
+    subprocess.run(cmd, check=True)
     text = open(raw).read()
     keys = {}
     for k in ("step_time", "sd", "exchange_cpu", "eval_time"):
@@ -57,7 +61,8 @@ def calibrate(build, out):
     frag = os.path.join(out, "calibration.ini")
     with open(frag, "w") as f:
         f.write("# One process of this machine at one whole core (bench/testbed_race.py from "
-                "`rumor-sim --calibrate --procs 1`); a class's cpu divides these.\n[compute]\n")
+                f"`rumor-sim --calibrate --procs 1{' --calibrate-model ' + model if model else ''}`); "
+                "a class's cpu divides these.\n[compute]\n")
         for k, v in keys.items():
             f.write(f"{k} = {v}\n")
     return frag, keys
@@ -147,7 +152,7 @@ def torch_calibrate(build, out, model):
     return frag
 
 
-def testbed_calibrate(build, scenario, out, peer_cmd, torch_model, sets, rerun=True):
+def testbed_calibrate(build, scenario, out, peer_cmd, torch_model, sets, rerun=True, steps=None):
     """examples/testbed/run.sh --calibrate: each class's step and exchange CPU as the capped peers
     spend them in the testbed (every thread, the shaped path's kernel work), a fragment to
     include last."""
@@ -155,6 +160,8 @@ def testbed_calibrate(build, scenario, out, peer_cmd, torch_model, sets, rerun=T
     if rerun or not os.path.exists(frag):
         cmd = [os.path.join(ROOT, "examples", "testbed", "run.sh"), scenario, "--calibrate", "--out", out,
                "--build", build, "--peer-cmd", peer_cmd, "--torch-model", torch_model]
+        if steps:
+            cmd += ["--calibrate-steps", steps]
         for kv in sets:
             cmd += ["--set", kv]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -412,6 +419,10 @@ def main():
                     help="also calibrate in the testbed itself, once per scenario and peer kind (run.sh --calibrate: "
                          "each class's step and exchange CPU as its capped peers spend them, every thread), and "
                          "predict with it included after the one-core calibrations")
+    ap.add_argument("--testbed-calibrate-steps", default=None, metavar="SHORT,LONG",
+                    help="--testbed-calibrate: the steps of its two runs (run.sh --calibrate-steps; default 1000,5000 "
+                         "for rumor-peer, 150,750 for the Python peers: fewer for a model whose step takes tens of ms "
+                         "under its cap, e.g. 150,750 for a native CNN)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the real runs already finished in --out (those with a summary.json) and its "
                          "calibration; run the rest (an interrupted race)")
@@ -434,7 +445,8 @@ def main():
         calib = args.calibration or os.path.join(args.out, "calibration.ini")
         keys = dict(re.findall(r"^(\w+) = (\S+)$", open(calib).read(), re.M))
     else:
-        calib, keys = calibrate(args.build, args.out)
+        set_model = [kv.split("=", 1)[1] for kv in args.set if kv.startswith("workload.model=")]
+        calib, keys = calibrate(args.build, args.out, set_model[-1] if set_model else None)
     print(f"testbed_race: one core of this machine: {keys}", file=sys.stderr)
     torch_model = "cnn" if args.torch_model == "cnn" else "mlp"
     torch_calib = None
@@ -461,7 +473,8 @@ def main():
         native_tb = None
         if args.testbed_calibrate and args.rounds > 0:
             native_tb = testbed_calibrate(args.build, scn, os.path.join(args.out, name, "tbcal-native"), "native",
-                                          "scenario", args.set, rerun=not (args.sim_only or args.resume))
+                                          "scenario", args.set, rerun=not (args.sim_only or args.resume),
+                                          steps=args.testbed_calibrate_steps)
         for k in range(args.rounds):
             for label, tag, sets in variants:
                 t0 = time.time()
@@ -483,7 +496,8 @@ def main():
             python_tb = None
             if args.testbed_calibrate:
                 python_tb = testbed_calibrate(args.build, scn, os.path.join(args.out, name, "tbcal-python"), "python",
-                                              args.torch_model, args.set, rerun=not (args.sim_only or args.resume))
+                                              args.torch_model, args.set, rerun=not (args.sim_only or args.resume),
+                                              steps=args.testbed_calibrate_steps)
             for k in range(args.python_rounds):
                 for label, tag, sets in pvariants:
                     t0 = time.time()

@@ -1,7 +1,7 @@
 // rumor-sim: run a scenario file in virtual time and write its outputs (docs/sim.md).
 //
 //   rumor-sim SCENARIO [--seed S] [--out DIR] [--set section.key=value ...] [--plot]
-//   rumor-sim --calibrate [--procs N] [--calibrate-out FILE] [--data DIR]
+//   rumor-sim --calibrate [--procs N] [--calibrate-out FILE] [--data DIR] [--calibrate-model SPEC]
 //   rumor-sim --campaign N [--seed S] [-j J] [--stop-at-first]    (docs/testing.md)
 //   rumor-sim --replay SEED [--out DIR]
 //
@@ -135,6 +135,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--calibrate-out", calib_out, "--calibrate: write the fragment here (default: stdout)");
   app.add_option("--data", data, "--calibrate: data directory")->capture_default_str();
+  std::string calib_model = rumor::sim::CalibrationConfig{}.model;
+  auto* o_cmodel = app.add_option("--calibrate-model", calib_model,
+                                  "--calibrate: the model whose step and evaluation are timed, in rumor-peer's --model "
+                                  "grammar (a scenario's workload.model, e.g. cnn:c16k3p1,p2,c32k3p1,p2,f128)")
+                       ->capture_default_str();
   std::string peer_flags_of;
   app.add_option("--peer-flags", peer_flags_of,
                  "Print the rumor-peer flags that run peer K of the scenario for real (K, or `all`: one line per "
@@ -193,11 +198,23 @@ int main(int argc, char** argv) {
     return r.failed() ? 3 : 0;
   }
 
+  if (o_cmodel->count() && !calibrate) {
+    std::cerr << "rumor-sim: --calibrate-model only applies to --calibrate (a scenario's model is its workload.model)\n";
+    return 2;
+  }
   if (calibrate) {
+    try {
+      // A bad spec is refused before anything is measured (Fashion-MNIST's 784 inputs, 10 classes).
+      rumor::make_model(calib_model, 784, 10);
+    } catch (const std::exception& e) {
+      std::cerr << "rumor-sim: --calibrate-model '" << calib_model << "': " << e.what() << "\n";
+      return 2;
+    }
     try {
       rumor::sim::CalibrationConfig cc;
       cc.procs = procs;
       cc.data = data;
+      cc.model = calib_model;
       const auto r = rumor::sim::calibrate(cc, std::cerr);
       const std::string text = rumor::sim::calibration_fragment(r, cc);
       if (calib_out.empty()) {

@@ -103,3 +103,21 @@ TEST_CASE("cli: a sweep writes its tables and prints the summary, a bad combinat
   CHECK(slurp(kDir + "/sweep_bad.log").find("hypercube") != std::string::npos);
   CHECK(!fs::exists(kDir + "/sweep_bad"));
 }
+
+TEST_CASE("cli: --calibrate-model refuses a bad model spec, or use without --calibrate, before measuring anything") {
+  if (!fs::exists(kSim)) {
+    MESSAGE("rumor-sim is not built (" << kSim << "): skipped");
+    return;
+  }
+  fs::create_directories(kDir);
+  const std::string out = kDir + "/calib_never_written.ini";
+  fs::remove(out);
+  CHECK(run("--calibrate --calibrate-model cnn:c16q3 --calibrate-out " + out, kDir + "/cm1.log") == 2);
+  const std::string msg = slurp(kDir + "/cm1.log");
+  CHECK(msg.find("--calibrate-model 'cnn:c16q3'") != std::string::npos);
+  CHECK(msg.find("calibrate:") == std::string::npos);  // nothing was measured
+  CHECK(!fs::exists(out));
+  { std::ofstream(kDir + "/s.ini") << kScenario; }
+  CHECK(run(kDir + "/s.ini --calibrate-model mlp:64 --out " + kDir + "/cm", kDir + "/cm2.log") == 2);
+  CHECK(slurp(kDir + "/cm2.log").find("--calibrate-model only applies to --calibrate") != std::string::npos);
+}
